@@ -1,0 +1,169 @@
+/*
+ * kvcheck plugin ABI, version 1.0 — the one interface every KV-cache implementation under test speaks.
+ *
+ * The harness talks to an implementation only through this header: it appends K/V, attends with Q, reads the cache
+ * back and asks how many bytes are held. Coordinates are logical (sequence, layer, position, KV head, dim); the
+ * implementation owns its memory and its layout. Our own engines are reached through the same table as a third
+ * party's plugin, so the suite that certifies them is the suite that judges everyone.
+ *
+ * Rules (docs/plugin-abi.md says them at length):
+ *  - One exported symbol, KVC_ENTRY_SYMBOL, returns a function table. Its first fields are its size and the ABI
+ *    version it was built against. Major versions are incompatible; a minor version only appends members, so a
+ *    member is present when its offset lies inside struct_size. Members marked OPTIONAL may be NULL.
+ *  - Every struct passed across starts with struct_size, filled by whoever allocated it.
+ *  - Destination passing: the harness owns every input and output buffer. An implementation reads and writes them
+ *    only during the call and must not keep pointers to them afterwards (the harness poisons them after each call).
+ *  - Calls on one kvc_cache are never concurrent. Distinct caches may be used from distinct threads.
+ *  - Tensors are dense, row-major, little-endian. Inputs q, k, v and outputs are float32 whatever the cache dtype.
+ *  - A sequence id is any value below config.max_seqs. A sequence starts empty in every layer; appending to an empty
+ *    sequence starts it; release empties it again. Each (sequence, layer) is its own append-only stream of rows.
+ */
+#ifndef KVCHECK_ABI_H
+#define KVCHECK_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVC_ABI_VERSION_MAJOR 1u
+#define KVC_ABI_VERSION_MINOR 0u
+#define KVC_ENTRY_SYMBOL "kvcheck_plugin_entry"
+
+/* Result of every fallible call. On anything but KVC_OK, last_error() says what happened in words. */
+typedef enum kvc_status {
+    KVC_OK = 0,
+    KVC_ERR_INVALID_ARGUMENT = 1, /* unknown sequence, layer out of range, bad pointer or shape */
+    KVC_ERR_UNSUPPORTED = 2,      /* a config or operation outside the declared capabilities */
+    KVC_ERR_OUT_OF_MEMORY = 3,    /* blocks exhausted, max_tokens reached, allocation failed */
+    KVC_ERR_INTERNAL = 4
+} kvc_status;
+
+typedef enum kvc_dtype { KVC_DTYPE_F32 = 0, KVC_DTYPE_F16 = 1, KVC_DTYPE_BF16 = 2 } kvc_dtype;
+
+/* Rotary position embedding. NEOX rotates pairs (i, i + d/2); GPTJ rotates interleaved pairs (2i, 2i + 1). */
+typedef enum kvc_rope { KVC_ROPE_NONE = 0, KVC_ROPE_NEOX = 1, KVC_ROPE_GPTJ = 2 } kvc_rope;
+
+/* The arithmetic an implementation promises; the tolerance policy (docs/tolerance.md) grades against it. */
+typedef enum kvc_precision {
+    /* q as given (f32); K/V widened from the cache dtype; scores, softmax and accumulation in f32. */
+    KVC_PRECISION_F32 = 0,
+    /* q rounded to the cache dtype; scores in f32; V accumulated in the cache dtype (16-bit caches), as some
+       production CPU kernels do for small query batches. Equal to KVC_PRECISION_F32 for an f32 cache. */
+    KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE = 1
+} kvc_precision;
+
+/* Where an implementation keeps the cache, so the harness knows which allocator to watch. */
+typedef enum kvc_memory_space { KVC_MEMORY_HOST = 0, KVC_MEMORY_DEVICE = 1 } kvc_memory_space;
+
+/* Capability bits (kvc_caps.features). */
+#define KVC_FEATURE_GQA (1u << 0)     /* n_kv_heads < n_q_heads (GQA and MQA) */
+#define KVC_FEATURE_PAGED (1u << 1)   /* storage in fixed-size blocks of kvc_memory.block_size tokens */
+#define KVC_FEATURE_FORK (1u << 2)    /* fork() */
+#define KVC_FEATURE_RELEASE (1u << 3) /* release() */
+#define KVC_FEATURE_BATCH (1u << 4)   /* append_attend_batch() */
+#define KVC_FEATURE_CHUNKED (1u << 5) /* n_new > 1 onto a sequence that already holds tokens */
+
+/* What an implementation supports. Filled by get_caps; the harness never asks for more than is declared, and a
+   declared capability that is then refused is an ERROR, never a skip. A limit of 0 means "no limit". */
+typedef struct kvc_caps {
+    uint32_t struct_size;
+    uint32_t dtypes;        /* bit (1u << kvc_dtype) per supported cache dtype */
+    uint32_t rope_variants; /* bit (1u << kvc_rope) per variant the implementation applies itself; NONE implied */
+    uint32_t features;      /* KVC_FEATURE_* */
+    uint32_t precision;     /* kvc_precision */
+    uint32_t memory_space;  /* kvc_memory_space */
+    uint32_t max_layers;
+    uint32_t max_q_heads;
+    uint32_t max_kv_heads;
+    uint32_t max_head_dim;
+    uint32_t max_seqs;
+    uint32_t max_tokens; /* per sequence */
+} kvc_caps;
+
+typedef struct kvc_config {
+    uint32_t struct_size;
+    uint32_t n_layers;
+    uint32_t n_q_heads;  /* a multiple of n_kv_heads */
+    uint32_t n_kv_heads; /* query head h reads KV head h / (n_q_heads / n_kv_heads) */
+    uint32_t head_dim;   /* even when rope != NONE */
+    uint32_t cache_dtype; /* kvc_dtype */
+    uint32_t max_seqs;    /* sequence ids are 0 .. max_seqs-1 */
+    uint32_t max_tokens;  /* per sequence and layer */
+    float scale;          /* softmax scale, usually 1/sqrt(head_dim) */
+    uint32_t rope;        /* kvc_rope: if not NONE the implementation rotates q and k by their position */
+    float rope_theta;     /* base of the rotary frequencies, e.g. 10000 */
+    uint32_t block_size_hint; /* tokens per block the harness would like; 0 = the implementation's choice */
+} kvc_config;
+
+/* Memory as the implementation reports it (the MEMORY property checks it, NO-Q checks it against the allocator). */
+typedef struct kvc_memory {
+    uint32_t struct_size;
+    uint32_t block_size;     /* allocation granule in tokens; 1 when storage is exact per token */
+    uint64_t live_bytes;     /* 2 * sum over (seq, layer) of length * n_kv_heads * head_dim * sizeof(dtype) */
+    uint64_t capacity_bytes; /* bytes held for K/V storage now, pools and partly filled blocks included */
+    uint64_t pool_bytes;     /* a preallocated pool the implementation declares (0 if it allocates on demand) */
+} kvc_memory;
+
+/* Several sequences in one call; their new tokens are packed back to back (CSR form). */
+typedef struct kvc_batch {
+    uint32_t struct_size;
+    uint32_t n_seqs;
+    const uint32_t* seq_ids;       /* [n_seqs], distinct */
+    const uint32_t* token_offsets; /* [n_seqs + 1]; sequence i owns new tokens token_offsets[i] .. [i+1]-1 */
+    const float* q;                /* [total_new][n_q_heads][head_dim] */
+    const float* k;                /* [total_new][n_kv_heads][head_dim] */
+    const float* v;                /* [total_new][n_kv_heads][head_dim] */
+    float* out;                    /* [total_new][n_q_heads][head_dim] */
+} kvc_batch;
+
+typedef struct kvc_cache kvc_cache; /* opaque: the implementation's state */
+
+typedef struct kvc_plugin_api {
+    uint32_t struct_size;
+    uint32_t abi_major;
+    uint32_t abi_minor;
+    const char* name;    /* short, stable, e.g. "example-c" */
+    const char* version; /* the implementation's own version string */
+
+    void (*get_caps)(kvc_caps* out);
+    kvc_status (*create)(const kvc_config* config, kvc_cache** out);
+    void (*destroy)(kvc_cache* cache);
+    /* The message of the last failed call on cache; with cache == NULL, of the last failed create. Never NULL. */
+    const char* (*last_error)(const kvc_cache* cache);
+
+    /* Append n_new tokens to (seq, layer) and attend with their queries. Query i sees every row already cached
+       plus new rows 0..i (causal, bottom-right aligned). n_new == 0 is a no-op.
+       q, out: [n_new][n_q_heads][head_dim]; k, v: [n_new][n_kv_heads][head_dim]. */
+    kvc_status (*append_attend)(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t n_new, const float* q,
+                                const float* k, const float* v, float* out);
+
+    /* OPTIONAL (KVC_FEATURE_BATCH): append_attend for several sequences of one layer at once. */
+    kvc_status (*append_attend_batch)(kvc_cache* cache, uint32_t layer, const kvc_batch* batch);
+
+    /* Rows pos .. pos+n-1 of (seq, layer) in the cache dtype, as stored (rotated when the implementation applies
+       RoPE). k_out, v_out: [n][n_kv_heads][head_dim] elements of the cache dtype. */
+    kvc_status (*read_kv)(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out,
+                          void* v_out);
+
+    kvc_status (*seq_length)(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t* length);
+
+    kvc_status (*memory)(kvc_cache* cache, kvc_memory* out);
+
+    /* OPTIONAL (KVC_FEATURE_FORK): child (empty) becomes a sequence sharing every layer's rows of parent. */
+    kvc_status (*fork)(kvc_cache* cache, uint32_t parent, uint32_t child);
+
+    /* OPTIONAL (KVC_FEATURE_RELEASE): seq becomes empty; its storage may be reused. */
+    kvc_status (*release)(kvc_cache* cache, uint32_t seq);
+} kvc_plugin_api;
+
+/* The one exported symbol. The harness passes the version it speaks; a plugin that cannot serve it returns NULL. */
+typedef const kvc_plugin_api* (*kvc_entry_fn)(uint32_t harness_abi_major, uint32_t harness_abi_minor);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVCHECK_ABI_H */

@@ -1,0 +1,136 @@
+// C++ view of the kvcheck plugin ABI: RAII ownership of a cache and exceptions instead of status codes.
+// Header-only and dependency-free so that plugin authors and the harness can both use it.
+#pragma once
+
+#include "kvcheck/abi.h"
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace kvc {
+
+// A call that returned something other than KVC_OK, with the implementation's own message.
+class AbiError : public std::runtime_error {
+public:
+    AbiError(kvc_status status, const std::string& what) : std::runtime_error(what), status_(status) {}
+    kvc_status status() const { return status_; }
+
+private:
+    kvc_status status_;
+};
+
+inline const char* status_name(kvc_status s) {
+    switch (s) {
+    case KVC_OK: return "OK";
+    case KVC_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case KVC_ERR_UNSUPPORTED: return "UNSUPPORTED";
+    case KVC_ERR_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
+    case KVC_ERR_INTERNAL: return "INTERNAL";
+    }
+    return "UNKNOWN_STATUS";
+}
+
+inline std::size_t dtype_size(uint32_t dtype) { return dtype == KVC_DTYPE_F32 ? 4 : 2; }
+
+inline const char* dtype_name(uint32_t dtype) {
+    switch (dtype) {
+    case KVC_DTYPE_F32: return "f32";
+    case KVC_DTYPE_F16: return "f16";
+    case KVC_DTYPE_BF16: return "bf16";
+    }
+    return "unknown-dtype";
+}
+
+inline const char* rope_name(uint32_t rope) {
+    switch (rope) {
+    case KVC_ROPE_NONE: return "none";
+    case KVC_ROPE_NEOX: return "neox";
+    case KVC_ROPE_GPTJ: return "gptj";
+    }
+    return "unknown-rope";
+}
+
+// True when the table's struct_size covers `member`: how a newer harness tells an older plugin's table apart.
+#define KVC_API_HAS(api, member)                                                                                       \
+    ((api) != nullptr && offsetof(kvc_plugin_api, member) + sizeof(((kvc_plugin_api*)nullptr)->member) <=               \
+                             (api)->struct_size &&                                                                     \
+     (api)->member != nullptr)
+
+// One cache instance of one implementation. Move-only; destroys the instance on scope exit.
+class Cache {
+public:
+    Cache(const kvc_plugin_api* api, const kvc_config& config) : api_(api) {
+        kvc_cache* raw = nullptr;
+        kvc_status s = api_->create(&config, &raw);
+        if (s != KVC_OK || raw == nullptr) {
+            const char* msg = api_->last_error(nullptr);
+            throw AbiError(s == KVC_OK ? KVC_ERR_INTERNAL : s,
+                           std::string("create: ") + (msg ? msg : "(no message)"));
+        }
+        cache_.reset(raw);
+        cache_.get_deleter().api = api_;
+    }
+
+    const kvc_plugin_api* api() const { return api_; }
+    kvc_cache* get() const { return cache_.get(); }
+
+    void append_attend(uint32_t seq, uint32_t layer, uint32_t n_new, const float* q, const float* k, const float* v,
+                       float* out) {
+        check(api_->append_attend(get(), seq, layer, n_new, q, k, v, out), "append_attend");
+    }
+    void append_attend_batch(uint32_t layer, const kvc_batch& batch) {
+        if (!KVC_API_HAS(api_, append_attend_batch))
+            throw AbiError(KVC_ERR_UNSUPPORTED, "append_attend_batch: not provided");
+        check(api_->append_attend_batch(get(), layer, &batch), "append_attend_batch");
+    }
+    void read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
+        check(api_->read_kv(get(), seq, layer, pos, n, k_out, v_out), "read_kv");
+    }
+    uint32_t seq_length(uint32_t seq, uint32_t layer) {
+        uint32_t len = 0;
+        check(api_->seq_length(get(), seq, layer, &len), "seq_length");
+        return len;
+    }
+    kvc_memory memory() {
+        kvc_memory m{};
+        m.struct_size = sizeof m;
+        check(api_->memory(get(), &m), "memory");
+        return m;
+    }
+    void fork(uint32_t parent, uint32_t child) {
+        if (!KVC_API_HAS(api_, fork)) throw AbiError(KVC_ERR_UNSUPPORTED, "fork: not provided");
+        check(api_->fork(get(), parent, child), "fork");
+    }
+    void release(uint32_t seq) {
+        if (!KVC_API_HAS(api_, release)) throw AbiError(KVC_ERR_UNSUPPORTED, "release: not provided");
+        check(api_->release(get(), seq), "release");
+    }
+
+private:
+    struct Deleter {
+        const kvc_plugin_api* api = nullptr;
+        void operator()(kvc_cache* c) const {
+            if (api && c) api->destroy(c);
+        }
+    };
+
+    void check(kvc_status s, const char* op) const {
+        if (s == KVC_OK) return;
+        const char* msg = api_->last_error(get());
+        throw AbiError(s, std::string(op) + " failed (" + status_name(s) + "): " + (msg ? msg : "(no message)"));
+    }
+
+    const kvc_plugin_api* api_;
+    std::unique_ptr<kvc_cache, Deleter> cache_;
+};
+
+inline kvc_caps query_caps(const kvc_plugin_api* api) {
+    kvc_caps caps{};
+    caps.struct_size = sizeof caps;
+    api->get_caps(&caps);
+    return caps;
+}
+
+} // namespace kvc
