@@ -98,13 +98,16 @@ typedef struct kvc_config {
     uint32_t block_size_hint; /* tokens per block the harness would like; 0 = the implementation's choice */
 } kvc_config;
 
-/* Memory as the implementation reports it (the MEMORY property checks it, NO-Q checks it against the allocator). */
+/* Memory as the implementation reports it. MEMORY checks these numbers against the formula; NO-Q checks that the
+   allocator's growth (heap for HOST, device memory for DEVICE) is explained by capacity_bytes + pool_bytes.
+   Fork shares storage: a block shared by two sequences counts once in capacity_bytes, twice in live_bytes. */
 typedef struct kvc_memory {
     uint32_t struct_size;
     uint32_t block_size;     /* allocation granule in tokens; 1 when storage is exact per token */
     uint64_t live_bytes;     /* 2 * sum over (seq, layer) of length * n_kv_heads * head_dim * sizeof(dtype) */
-    uint64_t capacity_bytes; /* bytes held for K/V storage now, pools and partly filled blocks included */
-    uint64_t pool_bytes;     /* a preallocated pool the implementation declares (0 if it allocates on demand) */
+    uint64_t capacity_bytes; /* K/V storage in blocks that hold live tokens, partly filled last blocks included */
+    uint64_t pool_bytes;     /* K/V storage held but holding no live token: preallocated pools, free lists,
+                                alignment padding, growth reserve */
 } kvc_memory;
 
 /* Several sequences in one call; their new tokens are packed back to back (CSR form). */

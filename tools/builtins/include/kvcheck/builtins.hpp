@@ -1,0 +1,21 @@
+// The implementations linked into this build, by name. Each is reached only through its ABI entry function, exactly
+// as a plugin loaded from a shared library would be.
+#pragma once
+
+#include "kvcheck/abi.h"
+
+#include <string>
+#include <vector>
+
+namespace kvc {
+
+struct Builtin {
+    std::string name;        // what `kvcheck validate --builtin NAME` takes
+    std::string description; // one line for `kvcheck list`
+    kvc_entry_fn entry;
+};
+
+const std::vector<Builtin>& builtins();
+const Builtin* find_builtin(const std::string& name); // nullptr when unknown
+
+} // namespace kvc
