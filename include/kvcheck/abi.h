@@ -147,7 +147,8 @@ typedef struct kvc_plugin_api {
     kvc_status (*append_attend_batch)(kvc_cache* cache, uint32_t layer, const kvc_batch* batch);
 
     /* Rows pos .. pos+n-1 of (seq, layer) in the cache dtype, as stored (rotated when the implementation applies
-       RoPE). k_out, v_out: [n][n_kv_heads][head_dim] elements of the cache dtype. */
+       RoPE). k_out, v_out: [n][n_kv_heads][head_dim] elements of the cache dtype. Rows past the sequence's length
+       are not readable: pos + n > length is KVC_ERR_INVALID_ARGUMENT. */
     kvc_status (*read_kv)(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out,
                           void* v_out);
 
@@ -155,10 +156,13 @@ typedef struct kvc_plugin_api {
 
     kvc_status (*memory)(kvc_cache* cache, kvc_memory* out);
 
-    /* OPTIONAL (KVC_FEATURE_FORK): child (empty) becomes a sequence sharing every layer's rows of parent. */
+    /* OPTIONAL (KVC_FEATURE_FORK): child (empty) becomes a sequence sharing every layer's rows of parent. The parent
+       must hold rows (a started sequence); otherwise KVC_ERR_INVALID_ARGUMENT. */
     kvc_status (*fork)(kvc_cache* cache, uint32_t parent, uint32_t child);
 
-    /* OPTIONAL (KVC_FEATURE_RELEASE): seq becomes empty; its storage may be reused. */
+    /* OPTIONAL (KVC_FEATURE_RELEASE): seq (a started sequence) becomes empty; its storage may be reused, and the
+       next append starts it again from position 0. Releasing a sequence that holds no rows is
+       KVC_ERR_INVALID_ARGUMENT. */
     kvc_status (*release)(kvc_cache* cache, uint32_t seq);
 } kvc_plugin_api;
 

@@ -58,6 +58,17 @@ inline const char* rope_name(uint32_t rope) {
                              (api)->struct_size &&                                                                     \
      (api)->member != nullptr)
 
+namespace detail {
+// Destroys a cache through the table that created it. (Outside Cache: a nested type with default member
+// initializers is not default-constructible until the enclosing class is complete.)
+struct CacheDeleter {
+    const kvc_plugin_api* api = nullptr;
+    void operator()(kvc_cache* c) const {
+        if (api && c) api->destroy(c);
+    }
+};
+} // namespace detail
+
 // One cache instance of one implementation. Move-only; destroys the instance on scope exit.
 class Cache {
 public:
@@ -109,13 +120,6 @@ public:
     }
 
 private:
-    struct Deleter {
-        const kvc_plugin_api* api = nullptr;
-        void operator()(kvc_cache* c) const {
-            if (api && c) api->destroy(c);
-        }
-    };
-
     void check(kvc_status s, const char* op) const {
         if (s == KVC_OK) return;
         const char* msg = api_->last_error(get());
@@ -123,7 +127,7 @@ private:
     }
 
     const kvc_plugin_api* api_;
-    std::unique_ptr<kvc_cache, Deleter> cache_;
+    std::unique_ptr<kvc_cache, detail::CacheDeleter> cache_;
 };
 
 inline kvc_caps query_caps(const kvc_plugin_api* api) {

@@ -1,0 +1,61 @@
+// Running cases: generate case `index` of a property from a seed, run it against a target, shrink a failure to a
+// minimal counterexample, and say what happened as a verdict. Process isolation (CRASH, TIMEOUT) is the caller's
+// business: the CLI runs each case in a child process; the tests run in-process.
+#pragma once
+
+#include "kvcheck/properties/properties.hpp"
+#include "kvcheck/properties/session.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace kvc::prop {
+
+enum class Verdict { Pass, Fail, NotSupported, QualityWarning, Error, Crash, Timeout };
+const char* verdict_name(Verdict v); // "PASS", "FAIL", ...
+std::optional<Verdict> verdict_from_name(const std::string& s);
+
+// A passing case whose worst error uses more than this fraction of its bound is a QUALITY_WARNING.
+constexpr double kQualityWarningHeadroom = 0.5;
+
+struct CaseResult {
+    std::string id;       // "EQUIV/17": property / case index
+    std::string property; // the property the case belongs to
+    Verdict verdict = Verdict::Pass;
+    std::string reason;   // why, in words (empty on PASS)
+    std::string failed_property; // on FAIL: the property that failed (the case's own)
+    double headroom = 0;  // error / allowed of the worst graded output
+    std::optional<Mismatch> mismatch; // first mismatch, logical coordinates
+    uint64_t seed = 0;    // the case's own seed (from the run seed, property and index)
+    Case counterexample;  // the case as run (shrunk on FAIL)
+    int shrink_steps = 0; // accepted shrinks
+    std::vector<std::string> notes;
+};
+
+struct RunSettings {
+    uint64_t seed = 20261129;
+    int cases = 200;       // per property: sizes ramp over the indices as RapidCheck does
+    int max_shrink_runs = 300;
+};
+
+std::string case_id(const std::string& property, int index);
+uint64_t case_seed(uint64_t run_seed, const std::string& property, int index);
+
+// The case `index` of `p` (drawn from every capability, so undeclared ones come out NOT_SUPPORTED).
+Case generate_case(const Property& p, const RunSettings& s, int index);
+
+// Runs one given case (no shrinking). Never throws for anything the implementation does.
+CaseResult evaluate_case(const Target& t, const Property& p, const Case& c);
+
+// generate_case + evaluate_case, and on FAIL a greedy walk down RapidCheck's shrink tree to a smaller failing case.
+CaseResult run_case(const Target& t, const Property& p, const RunSettings& s, int index);
+
+nlohmann::json to_json(const CaseResult& r);
+CaseResult case_result_from_json(const nlohmann::json& j); // throws std::invalid_argument
+
+// Replay files: a case and the property it checks, readable by `kvcheck replay`.
+nlohmann::json replay_document(const CaseResult& r);
+
+} // namespace kvc::prop

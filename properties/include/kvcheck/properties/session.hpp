@@ -1,0 +1,99 @@
+// Runs a case's script against one implementation while keeping the harness's own model of what the cache must
+// hold, and checks after every call whatever the property asks for. This is the one place where the harness
+// touches an implementation; every property is a choice of checks plus a generator (properties.hpp).
+#pragma once
+
+#include "kvcheck/properties/case.hpp"
+#include "kvcheck/properties/target.hpp"
+
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace kvc::prop {
+
+// Where a property was violated, in logical coordinates. Fields that do not apply stay at -1 / NaN.
+struct Mismatch {
+    int op = -1, seq = -1, layer = -1, pos = -1, head = -1, dim = -1;
+    std::string what; // "output", "k", "v", "live_bytes", ...
+    double expected = 0, actual = 0;
+    std::string describe() const;
+};
+
+// Thrown by a check; the runner turns it into a FAIL verdict of `property`.
+class Violation : public std::runtime_error {
+public:
+    Violation(std::string property, const std::string& reason, Mismatch m)
+        : std::runtime_error(reason), property_(std::move(property)), mismatch_(std::move(m)) {}
+    const std::string& property() const { return property_; }
+    const Mismatch& mismatch() const { return mismatch_; }
+
+private:
+    std::string property_;
+    Mismatch mismatch_;
+};
+
+struct Checks {
+    std::string property;          // the ID a violation is reported under
+    bool equiv = false;            // outputs vs the oracle, under the tolerance policy
+    bool content = false;          // new rows read back as appended (bitwise; within one ulp when RoPE rotates)
+    bool lengths = false;          // seq_length agrees with the model for every sequence and layer
+    bool all_unchanged = false;    // every row read before an op is bitwise unchanged after it (APPEND-ONLY)
+    bool others_unchanged = false; // rows of sequences an op did not append to are unchanged (FORK, RELEASE)
+    bool fork_shares = false;      // a forked child reads back exactly its parent's rows
+    bool memory = false;           // reported live bytes equal the formula; capacity within whole blocks
+    bool heap = false;             // allocator growth is explained by reported capacity + pool (NO-Q)
+    bool diagnose_heads = false;   // on an equiv failure, test the "tile" head mapping
+    bool diagnose_layers = false;  // on an equiv failure, test the other layers' histories
+};
+
+// Alternative query stream for NO-Q: ops whose index has `keep_parity` keep the case's queries, the others get
+// different ones; K and V are always the case's.
+struct QueryVariant {
+    bool enabled = false;
+    uint32_t keep_parity = 1;
+};
+
+// Outputs by (op, layer, seq), kept for comparisons between runs.
+using OutputLog = std::map<std::tuple<int, uint32_t, uint32_t>, std::vector<float>>;
+
+struct RunResult {
+    OutputLog outputs;
+    double headroom = 0;          // worst error / allowed over every graded output
+    bool fails_f32_class = false; // passed its declared 16-bit class, would fail f32
+    int64_t hidden_heap_bytes = 0; // worst allocator growth not explained by reported capacity + pool
+};
+
+// One cache instance driven op by op, with the harness's model beside it. The constructor creates the cache;
+// apply() runs one op and the checks after it. Throws Violation on a failed check, kvc::AbiError on a failed call.
+class Session {
+public:
+    Session(const Target& target, const CaseConfig& cfg, uint64_t data_seed, const Checks& checks,
+            QueryVariant variant = {});
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+    void apply(const Op& op); // ops are numbered 0, 1, ... in the order applied (the inputs depend on it)
+    const RunResult& result() const;
+
+private:
+    class Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// Executes c against target, checking `checks` after every call. Throws Violation on a failed check and
+// kvc::AbiError when a call returns an error.
+RunResult run_script(const Target& target, const Case& c, const Checks& checks, QueryVariant variant = {});
+
+// Deterministic inputs: element idx of q (which 0), k (1) or v (2) of token tok appended to seq in layer by op.
+// Roughly N(0, 1). The query stream `qstream` lets NO-Q vary queries while keeping K and V.
+float input_value(uint64_t seed, uint32_t op, uint32_t seq, uint32_t layer, uint32_t tok, uint32_t which,
+                  uint32_t idx, uint32_t qstream = 0);
+
+// Slack for bookkeeping the allocator may show beyond reported K/V storage (block tables, handles).
+constexpr int64_t kHeapSlackBytes = 64 * 1024;
+
+} // namespace kvc::prop

@@ -1,0 +1,34 @@
+// An implementation under test: a function table reached through the ABI entry point, whether it was linked in
+// (our engines, the example) or loaded from a shared library (a third party's plugin).
+#pragma once
+
+#include "kvcheck/abi.h"
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace kvc::prop {
+
+// A plugin that cannot be used: not a shared library, no entry symbol, an ABI it cannot speak. Bad input (exit 2).
+class LoadError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct Target {
+    std::string name;                // the implementation's own name
+    std::string origin;              // "builtin:NAME" or the plugin path
+    const kvc_plugin_api* api = nullptr;
+    kvc_caps caps{};
+    std::shared_ptr<void> library;   // keeps a dlopen'ed library loaded; empty for built-ins
+};
+
+// Calls the entry with this harness's ABI version and checks the table: major version, struct size, required
+// members. Throws LoadError naming what is wrong.
+Target target_from_entry(kvc_entry_fn entry, const std::string& origin);
+
+// dlopen()s path and looks up KVC_ENTRY_SYMBOL. Throws LoadError.
+Target load_plugin(const std::string& path);
+
+} // namespace kvc::prop

@@ -1,0 +1,224 @@
+#include "kvcheck/properties/case.hpp"
+
+#include "kvcheck/abi.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace kvc::prop {
+
+float CaseConfig::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
+
+kvc_config CaseConfig::to_abi() const {
+    kvc_config c{};
+    c.struct_size = sizeof c;
+    c.n_layers = n_layers;
+    c.n_q_heads = n_q_heads;
+    c.n_kv_heads = n_kv_heads;
+    c.head_dim = head_dim;
+    c.cache_dtype = dtype;
+    c.max_seqs = max_seqs;
+    c.max_tokens = max_tokens;
+    c.scale = scale();
+    c.rope = rope;
+    c.rope_theta = rope_theta;
+    c.block_size_hint = block_size_hint;
+    return c;
+}
+
+std::vector<std::vector<uint32_t>> lengths_after_ops(const Case& c) {
+    std::vector<std::vector<uint32_t>> out;
+    std::vector<uint32_t> len(c.cfg.max_seqs, 0);
+    out.push_back(len);
+    for (const Op& op : c.ops) {
+        switch (op.kind) {
+        case OpKind::Append:
+        case OpKind::AppendBatch:
+            for (const SeqAppend& a : op.appends) len.at(a.seq) += a.n_new;
+            break;
+        case OpKind::Fork: len.at(op.child) = len.at(op.seq); break;
+        case OpKind::Release: len.at(op.seq) = 0; break;
+        }
+        out.push_back(len);
+    }
+    return out;
+}
+
+kvc_caps required_caps(const Case& c) {
+    kvc_caps r{};
+    r.struct_size = sizeof r;
+    r.dtypes = 1u << c.cfg.dtype;
+    r.rope_variants = c.cfg.rope == KVC_ROPE_NONE ? 0u : 1u << c.cfg.rope;
+    if (c.cfg.n_kv_heads < c.cfg.n_q_heads) r.features |= KVC_FEATURE_GQA;
+    r.max_layers = c.cfg.n_layers;
+    r.max_q_heads = c.cfg.n_q_heads;
+    r.max_kv_heads = c.cfg.n_kv_heads;
+    r.max_head_dim = c.cfg.head_dim;
+    r.max_seqs = c.cfg.max_seqs;
+    const auto lens = lengths_after_ops(c);
+    for (size_t i = 0; i < c.ops.size(); ++i) {
+        const Op& op = c.ops[i];
+        if (op.kind == OpKind::Fork) r.features |= KVC_FEATURE_FORK;
+        if (op.kind == OpKind::Release) r.features |= KVC_FEATURE_RELEASE;
+        if (op.kind == OpKind::AppendBatch) r.features |= KVC_FEATURE_BATCH;
+        for (const SeqAppend& a : op.appends)
+            if (a.n_new > 1 && lens[i][a.seq] > 0) r.features |= KVC_FEATURE_CHUNKED;
+        for (uint32_t l : lens[i + 1]) r.max_tokens = std::max(r.max_tokens, l);
+    }
+    return r;
+}
+
+std::vector<std::string> missing_caps(const kvc_caps& need, const kvc_caps& have) {
+    std::vector<std::string> m;
+    for (uint32_t d = 0; d < 3; ++d)
+        if ((need.dtypes >> d & 1u) && !(have.dtypes >> d & 1u)) m.push_back(std::string("dtype ") + dtype_name(d));
+    for (uint32_t r = 1; r < 3; ++r)
+        if ((need.rope_variants >> r & 1u) && !(have.rope_variants >> r & 1u))
+            m.push_back(std::string("rope ") + rope_name(r));
+    static const std::pair<uint32_t, const char*> features[] = {
+        {KVC_FEATURE_GQA, "gqa"},         {KVC_FEATURE_PAGED, "paged"}, {KVC_FEATURE_FORK, "fork"},
+        {KVC_FEATURE_RELEASE, "release"}, {KVC_FEATURE_BATCH, "batch"}, {KVC_FEATURE_CHUNKED, "chunked"}};
+    for (const auto& [bit, name] : features)
+        if ((need.features & bit) && !(have.features & bit)) m.push_back(name);
+    auto limit = [&](uint32_t n, uint32_t h, const char* what) {
+        if (h != 0 && n > h) m.push_back(std::string(what) + " " + std::to_string(n) + " > " + std::to_string(h));
+    };
+    limit(need.max_layers, have.max_layers, "layers");
+    limit(need.max_q_heads, have.max_q_heads, "q_heads");
+    limit(need.max_kv_heads, have.max_kv_heads, "kv_heads");
+    limit(need.max_head_dim, have.max_head_dim, "head_dim");
+    limit(need.max_seqs, have.max_seqs, "seqs");
+    limit(need.max_tokens, have.max_tokens, "tokens");
+    return m;
+}
+
+namespace {
+
+const char* op_name(OpKind k) {
+    switch (k) {
+    case OpKind::Append: return "append";
+    case OpKind::AppendBatch: return "append_batch";
+    case OpKind::Fork: return "fork";
+    case OpKind::Release: return "release";
+    }
+    return "?";
+}
+
+template <typename T>
+T need(const nlohmann::json& j, const char* key) {
+    if (!j.is_object() || !j.contains(key)) throw std::invalid_argument(std::string("case: missing field \"") + key + "\"");
+    try {
+        return j.at(key).get<T>();
+    } catch (const nlohmann::json::exception&) {
+        throw std::invalid_argument(std::string("case: field \"") + key + "\" has the wrong type");
+    }
+}
+
+} // namespace
+
+nlohmann::json to_json(const Case& c) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const Op& op : c.ops) {
+        nlohmann::json o = {{"op", op_name(op.kind)}};
+        if (op.kind == OpKind::Append || op.kind == OpKind::AppendBatch) {
+            nlohmann::json a = nlohmann::json::array();
+            for (const SeqAppend& s : op.appends) a.push_back({{"seq", s.seq}, {"n_new", s.n_new}});
+            o["appends"] = a;
+            if (!op.layer_order.empty()) o["layer_order"] = op.layer_order;
+        } else {
+            o["seq"] = op.seq;
+            if (op.kind == OpKind::Fork) o["child"] = op.child;
+        }
+        ops.push_back(o);
+    }
+    const CaseConfig& g = c.cfg;
+    return {{"config",
+             {{"n_layers", g.n_layers}, {"n_q_heads", g.n_q_heads}, {"n_kv_heads", g.n_kv_heads},
+              {"head_dim", g.head_dim}, {"dtype", dtype_name(g.dtype)}, {"rope", rope_name(g.rope)},
+              {"block_size_hint", g.block_size_hint}, {"max_seqs", g.max_seqs}, {"max_tokens", g.max_tokens},
+              {"rope_theta", g.rope_theta}}},
+            {"ops", ops},
+            {"data_seed", c.data_seed}};
+}
+
+Case case_from_json(const nlohmann::json& j) {
+    Case c;
+    const nlohmann::json& g = j.contains("config") ? j["config"] : nlohmann::json();
+    if (!g.is_object()) throw std::invalid_argument("case: missing object \"config\"");
+    c.cfg.n_layers = need<uint32_t>(g, "n_layers");
+    c.cfg.n_q_heads = need<uint32_t>(g, "n_q_heads");
+    c.cfg.n_kv_heads = need<uint32_t>(g, "n_kv_heads");
+    c.cfg.head_dim = need<uint32_t>(g, "head_dim");
+    const std::string dt = need<std::string>(g, "dtype");
+    c.cfg.dtype = dt == "f32" ? 0u : dt == "f16" ? 1u : dt == "bf16" ? 2u : 99u; // kvc_dtype
+    if (c.cfg.dtype == 99u) throw std::invalid_argument("case: dtype must be f32, f16 or bf16");
+    const std::string rp = need<std::string>(g, "rope");
+    c.cfg.rope = rp == "none" ? 0u : rp == "neox" ? 1u : rp == "gptj" ? 2u : 99u; // kvc_rope
+    if (c.cfg.rope == 99u) throw std::invalid_argument("case: rope must be none, neox or gptj");
+    c.cfg.block_size_hint = need<uint32_t>(g, "block_size_hint");
+    c.cfg.max_seqs = need<uint32_t>(g, "max_seqs");
+    c.cfg.max_tokens = need<uint32_t>(g, "max_tokens");
+    c.cfg.rope_theta = need<float>(g, "rope_theta");
+    if (c.cfg.n_layers == 0 || c.cfg.n_q_heads == 0 || c.cfg.n_kv_heads == 0 || c.cfg.head_dim == 0 ||
+        c.cfg.max_seqs == 0 || c.cfg.n_q_heads % c.cfg.n_kv_heads != 0)
+        throw std::invalid_argument("case: impossible config (zero size or n_q_heads not a multiple of n_kv_heads)");
+    c.data_seed = need<uint64_t>(j, "data_seed");
+    if (!j.contains("ops") || !j["ops"].is_array()) throw std::invalid_argument("case: missing array \"ops\"");
+    for (const auto& o : j["ops"]) {
+        Op op;
+        const std::string k = need<std::string>(o, "op");
+        auto check_seq = [&](uint32_t s) {
+            if (s >= c.cfg.max_seqs) throw std::invalid_argument("case: sequence id " + std::to_string(s) + " >= max_seqs");
+            return s;
+        };
+        if (k == "append" || k == "append_batch") {
+            op.kind = k == "append" ? OpKind::Append : OpKind::AppendBatch;
+            for (const auto& a : need<nlohmann::json>(o, "appends"))
+                op.appends.push_back({check_seq(need<uint32_t>(a, "seq")), need<uint32_t>(a, "n_new")});
+            if (o.contains("layer_order")) op.layer_order = need<std::vector<uint32_t>>(o, "layer_order");
+            std::vector<uint32_t> sorted = op.layer_order;
+            std::sort(sorted.begin(), sorted.end());
+            for (size_t i = 0; i < sorted.size(); ++i)
+                if (sorted[i] != i || sorted.size() != c.cfg.n_layers)
+                    throw std::invalid_argument("case: layer_order must be a permutation of the layers");
+        } else if (k == "fork") {
+            op.kind = OpKind::Fork;
+            op.seq = check_seq(need<uint32_t>(o, "seq"));
+            op.child = check_seq(need<uint32_t>(o, "child"));
+        } else if (k == "release") {
+            op.kind = OpKind::Release;
+            op.seq = check_seq(need<uint32_t>(o, "seq"));
+        } else {
+            throw std::invalid_argument("case: unknown op \"" + k + "\"");
+        }
+        c.ops.push_back(op);
+    }
+    return c;
+}
+
+std::string describe(const Case& c) {
+    std::ostringstream s;
+    const CaseConfig& g = c.cfg;
+    s << "config: layers=" << g.n_layers << " q_heads=" << g.n_q_heads << " kv_heads=" << g.n_kv_heads
+      << " head_dim=" << g.head_dim << " dtype=" << dtype_name(g.dtype) << " rope=" << rope_name(g.rope)
+      << " block_size_hint=" << g.block_size_hint << " data_seed=" << c.data_seed << "\n";
+    const auto lens = lengths_after_ops(c);
+    for (size_t i = 0; i < c.ops.size(); ++i) {
+        const Op& op = c.ops[i];
+        s << "  op " << i << ": " << op_name(op.kind);
+        if (op.kind == OpKind::Fork) s << " seq " << op.seq << " -> child " << op.child << " (length " << lens[i][op.seq] << ")";
+        if (op.kind == OpKind::Release) s << " seq " << op.seq << " (length " << lens[i][op.seq] << ")";
+        for (const SeqAppend& a : op.appends)
+            s << " [seq " << a.seq << ": " << a.n_new << " new after " << lens[i][a.seq] << " cached]";
+        if (!op.layer_order.empty()) {
+            s << " layers in order";
+            for (uint32_t l : op.layer_order) s << " " << l;
+        }
+        s << "\n";
+    }
+    return s.str();
+}
+
+} // namespace kvc::prop

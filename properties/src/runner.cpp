@@ -1,0 +1,195 @@
+#include "kvcheck/properties/runner.hpp"
+
+#include "kvcheck/abi.hpp"
+
+#include <exception>
+#include <sstream>
+
+namespace kvc::prop {
+
+const char* verdict_name(Verdict v) {
+    switch (v) {
+    case Verdict::Pass: return "PASS";
+    case Verdict::Fail: return "FAIL";
+    case Verdict::NotSupported: return "NOT_SUPPORTED";
+    case Verdict::QualityWarning: return "QUALITY_WARNING";
+    case Verdict::Error: return "ERROR";
+    case Verdict::Crash: return "CRASH";
+    case Verdict::Timeout: return "TIMEOUT";
+    }
+    return "ERROR";
+}
+
+std::optional<Verdict> verdict_from_name(const std::string& s) {
+    for (Verdict v : {Verdict::Pass, Verdict::Fail, Verdict::NotSupported, Verdict::QualityWarning, Verdict::Error,
+                      Verdict::Crash, Verdict::Timeout})
+        if (s == verdict_name(v)) return v;
+    return std::nullopt;
+}
+
+std::string case_id(const std::string& property, int index) { return property + "/" + std::to_string(index); }
+
+uint64_t case_seed(uint64_t run_seed, const std::string& property, int index) {
+    uint64_t h = run_seed ^ 0x6b76636865636bull; // FNV-1a over the property id, mixed with the run seed and index
+    for (unsigned char ch : property) h = (h ^ ch) * 0x100000001b3ull;
+    h ^= static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 29);
+}
+
+namespace {
+
+int size_for(const RunSettings& s, int index) { // ramp 0..100 like rc::check
+    return s.cases <= 1 ? 50 : static_cast<int>(static_cast<long>(index % s.cases) * 100 / (s.cases - 1));
+}
+
+rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, int index) {
+    return p.gen(full_caps())(rc::Random(case_seed(s.seed, p.id, index)), size_for(s, index));
+}
+
+} // namespace
+
+Case generate_case(const Property& p, const RunSettings& s, int index) {
+    return shrinkable_case(p, s, index).value();
+}
+
+CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
+    CaseResult r;
+    r.property = p.id;
+    r.counterexample = c;
+    const auto missing = missing_caps(required_caps(c), t.caps);
+    if (!missing.empty() || (p.feature && !(t.caps.features & p.feature))) {
+        r.verdict = Verdict::NotSupported;
+        std::ostringstream m;
+        m << "needs";
+        for (const auto& x : missing) m << " " << x;
+        if (missing.empty()) m << " the feature this property is about";
+        r.reason = m.str();
+        return r;
+    }
+    try {
+        const Outcome o = p.check(t, c);
+        r.headroom = o.headroom;
+        r.notes = o.notes;
+        if (o.fails_f32_class)
+            r.notes.push_back("passes its declared precision class but would fail the f32 class");
+        if (o.headroom > kQualityWarningHeadroom) {
+            r.verdict = Verdict::QualityWarning;
+            std::ostringstream m;
+            m << "passes, but the worst error uses " << o.headroom * 100 << "% of the allowed bound";
+            r.reason = m.str();
+        }
+    } catch (const Violation& v) {
+        r.verdict = Verdict::Fail;
+        r.failed_property = v.property();
+        r.reason = v.what();
+        r.mismatch = v.mismatch();
+    } catch (const AbiError& e) {
+        // Only declared capabilities are exercised, so a refusal is an error, never a skip.
+        r.verdict = Verdict::Error;
+        r.reason = std::string("a call within the declared capabilities failed: ") + e.what();
+    } catch (const std::exception& e) {
+        r.verdict = Verdict::Error;
+        r.reason = std::string("harness error: ") + e.what();
+    }
+    return r;
+}
+
+CaseResult run_case(const Target& t, const Property& p, const RunSettings& s, int index) {
+    rc::Shrinkable<Case> current = shrinkable_case(p, s, index);
+    CaseResult best = evaluate_case(t, p, current.value());
+    best.id = case_id(p.id, index);
+    best.seed = case_seed(s.seed, p.id, index);
+    if (best.verdict != Verdict::Fail) return best;
+    // Greedy descent: take the first shrink that still fails the same property, then shrink that.
+    int runs = 0;
+    bool progress = true;
+    while (progress && runs < s.max_shrink_runs) {
+        progress = false;
+        auto shrinks = current.shrinks();
+        while (auto candidate = shrinks.next()) {
+            if (++runs > s.max_shrink_runs) break;
+            CaseResult r = evaluate_case(t, p, candidate->value());
+            if (r.verdict == Verdict::Fail && r.failed_property == best.failed_property) {
+                r.id = best.id;
+                r.seed = best.seed;
+                r.shrink_steps = best.shrink_steps + 1;
+                best = std::move(r);
+                current = std::move(*candidate);
+                progress = true;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+nlohmann::json to_json(const CaseResult& r) {
+    nlohmann::json j = {{"id", r.id},
+                        {"property", r.property},
+                        {"verdict", verdict_name(r.verdict)},
+                        {"reason", r.reason},
+                        {"headroom", r.headroom},
+                        {"seed", r.seed},
+                        {"shrink_steps", r.shrink_steps},
+                        {"notes", r.notes}};
+    if (!r.failed_property.empty()) j["failed_property"] = r.failed_property;
+    if (r.mismatch) {
+        const Mismatch& m = *r.mismatch;
+        j["mismatch"] = {{"what", m.what}, {"op", m.op},   {"seq", m.seq}, {"layer", m.layer},
+                         {"pos", m.pos},   {"head", m.head}, {"dim", m.dim}, {"expected", m.expected},
+                         {"actual", m.actual}, {"text", m.describe()}};
+    }
+    if (r.verdict == Verdict::Fail) {
+        j["counterexample"] = to_json(r.counterexample);
+        j["counterexample_text"] = describe(r.counterexample);
+    }
+    return j;
+}
+
+CaseResult case_result_from_json(const nlohmann::json& j) {
+    try {
+        CaseResult r;
+        r.id = j.at("id").get<std::string>();
+        r.property = j.at("property").get<std::string>();
+        const auto v = verdict_from_name(j.at("verdict").get<std::string>());
+        if (!v) throw std::invalid_argument("case result: unknown verdict");
+        r.verdict = *v;
+        r.reason = j.value("reason", "");
+        r.headroom = j.value("headroom", 0.0);
+        r.seed = j.value("seed", uint64_t{0});
+        r.shrink_steps = j.value("shrink_steps", 0);
+        r.notes = j.value("notes", std::vector<std::string>{});
+        r.failed_property = j.value("failed_property", "");
+        if (j.contains("mismatch")) {
+            const auto& m = j["mismatch"];
+            Mismatch mm;
+            mm.what = m.value("what", "");
+            mm.op = m.value("op", -1);
+            mm.seq = m.value("seq", -1);
+            mm.layer = m.value("layer", -1);
+            mm.pos = m.value("pos", -1);
+            mm.head = m.value("head", -1);
+            mm.dim = m.value("dim", -1);
+            mm.expected = m.value("expected", 0.0);
+            mm.actual = m.value("actual", 0.0);
+            r.mismatch = mm;
+        }
+        if (j.contains("counterexample")) r.counterexample = case_from_json(j["counterexample"]);
+        return r;
+    } catch (const nlohmann::json::exception& e) {
+        throw std::invalid_argument(std::string("case result: ") + e.what());
+    }
+}
+
+nlohmann::json replay_document(const CaseResult& r) {
+    return {{"kvcheck_replay", 1},
+            {"id", r.id},
+            {"property", r.property},
+            {"seed", r.seed},
+            {"expected_failure", r.reason},
+            {"case", to_json(r.counterexample)},
+            {"case_text", describe(r.counterexample)}};
+}
+
+} // namespace kvc::prop

@@ -1,0 +1,447 @@
+#include "kvcheck/properties/session.hpp"
+
+#include "kvcheck/abi.hpp"
+#include "kvcheck/properties/heap.hpp"
+#include "kvcheck/properties/oracle.hpp"
+#include "kvcheck/properties/tolerance.hpp"
+#include "kvcheck/reference/dtype.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <sstream>
+
+namespace kvc::prop {
+
+std::string Mismatch::describe() const {
+    std::ostringstream s;
+    s.precision(9); // enough to tell two floats apart
+    s << what;
+    if (op >= 0) s << " at op " << op;
+    if (seq >= 0) s << ", seq " << seq;
+    if (layer >= 0) s << ", layer " << layer;
+    if (pos >= 0) s << ", position " << pos;
+    if (head >= 0) s << ", head " << head;
+    if (dim >= 0) s << ", dim " << dim;
+    s << ": expected " << expected << ", got " << actual;
+    return s.str();
+}
+
+float input_value(uint64_t seed, uint32_t op, uint32_t seq, uint32_t layer, uint32_t tok, uint32_t which,
+                  uint32_t idx, uint32_t qstream) {
+    // splitmix64 over the coordinates: stable across platforms and independent of evaluation order
+    auto mix = [](uint64_t z) {
+        z += 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    };
+    uint64_t h = mix(seed);
+    for (uint64_t x : {uint64_t(op), uint64_t(seq), uint64_t(layer), uint64_t(tok), uint64_t(which), uint64_t(idx),
+                       uint64_t(qstream)})
+        h = mix(h ^ x);
+    // sum of three uniforms on (-1, 1), scaled to unit variance: bounded, bell-shaped, exact in float
+    double s = 0;
+    for (int i = 0; i < 3; ++i) {
+        s += static_cast<double>(h & 0xFFFFF) / 0x80000 - 1.0;
+        h >>= 21;
+    }
+    return static_cast<float>(s);
+}
+
+namespace {
+
+// The harness's model of one (sequence, layer) stream.
+struct Stream {
+    std::vector<float> k_expect;      // [len][Hkv*d] as the oracle says it must be stored, widened to float
+    std::vector<float> k_eff, v_eff;  // [len][Hkv*d] the stored values the oracle computes with
+    std::vector<uint8_t> k_bits, v_bits; // [len][Hkv*d*s] bytes read back after the row's append
+    uint32_t len = 0;
+};
+
+// Ulp distance of two stored 16/32-bit patterns of the same dtype (both finite).
+int64_t ulp_distance(const uint8_t* a, const uint8_t* b, uint32_t dtype) {
+    auto ordered = [&](const uint8_t* p) -> int64_t {
+        if (dtype == KVC_DTYPE_F32) {
+            int32_t x;
+            std::memcpy(&x, p, 4);
+            return x < 0 ? -(int64_t(x) & 0x7FFFFFFF) : int64_t(x);
+        }
+        uint16_t x;
+        std::memcpy(&x, p, 2);
+        return (x & 0x8000) ? -int64_t(x & 0x7FFF) : int64_t(x);
+    };
+    return std::llabs(ordered(a) - ordered(b));
+}
+
+} // namespace
+
+class Session::Impl {
+public:
+    Impl(const Target& t, const CaseConfig& cfg, uint64_t data_seed, const Checks& ch, QueryVariant qv)
+        : t_(t), seed_(data_seed), ch_(ch), qv_(qv), cfg_(cfg), d_(cfg_.head_dim),
+          row_(static_cast<size_t>(cfg_.n_kv_heads) * cfg_.head_dim), es_(dtype_size(cfg_.dtype)),
+          streams_(cfg_.max_seqs, std::vector<Stream>(cfg_.n_layers)) {
+        const kvc_config abi = cfg_.to_abi();
+        measured([&] { cache_ = std::make_unique<Cache>(t_.api, abi); });
+    }
+
+    void apply(const Op& op) {
+        ++op_;
+        std::vector<bool> touched(cfg_.max_seqs, false);
+        switch (op.kind) {
+        case OpKind::Append:
+        case OpKind::AppendBatch: append(op, touched); break;
+        case OpKind::Fork: fork(op, touched); break;
+        case OpKind::Release: release(op, touched); break;
+        }
+        check_after_op(touched);
+    }
+
+    const RunResult& result() const { return result_; }
+
+private:
+    [[noreturn]] void fail(const std::string& reason, Mismatch m) {
+        if (m.op < 0) m.op = op_;
+        throw Violation(ch_.property, reason, std::move(m));
+    }
+
+    // ---- the allocator watch (NO-Q): growth must be explained by reported K/V storage ----
+    void after_call() {
+        const int64_t grown = grown_;
+        const kvc_memory m = cache_->memory();
+        const int64_t held = static_cast<int64_t>(m.capacity_bytes + m.pool_bytes);
+        const int64_t hidden = grown - held;
+        result_.hidden_heap_bytes = std::max(result_.hidden_heap_bytes, hidden);
+        if (hidden > kHeapSlackBytes) {
+            Mismatch mm;
+            mm.what = "heap bytes not explained by reported capacity + pool";
+            mm.expected = static_cast<double>(held + kHeapSlackBytes);
+            mm.actual = static_cast<double>(grown);
+            fail("the allocator grew by " + std::to_string(grown) + " bytes while the implementation reports " +
+                     std::to_string(held) + " bytes of K/V storage: " + std::to_string(hidden) +
+                     " bytes of hidden storage (caching Q, or K/V it does not report)",
+                 mm);
+        }
+    }
+
+    // Every call into the implementation goes through here. The allocator is read just before and just after, so
+    // the harness's own allocations between calls never count.
+    template <typename F>
+    void measured(F&& call) {
+        const int64_t before = ch_.heap ? heap_in_use() : 0;
+        call();
+        if (!ch_.heap) return;
+        grown_ += heap_in_use() - before;
+        after_call();
+    }
+
+    // ---- appends ----
+    struct Pending {
+        uint32_t seq, n_new, before;
+        std::vector<float> q, k, v; // [n][Hq*d], [n][Hkv*d]
+    };
+
+    Pending inputs(uint32_t seq, uint32_t n_new, uint32_t layer) const {
+        Pending p{seq, n_new, streams_[seq][layer].len, {}, {}, {}};
+        const uint32_t qs = (qv_.enabled && static_cast<uint32_t>(op_ % 2) != qv_.keep_parity) ? 1u : 0u;
+        const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * d_;
+        p.q.resize(n_new * qrow);
+        p.k.resize(n_new * row_);
+        p.v.resize(n_new * row_);
+        const uint32_t o = static_cast<uint32_t>(op_);
+        for (uint32_t i = 0; i < n_new; ++i) {
+            for (size_t x = 0; x < qrow; ++x)
+                p.q[i * qrow + x] = input_value(seed_, o, seq, layer, i, 0, static_cast<uint32_t>(x), qs);
+            for (size_t x = 0; x < row_; ++x) {
+                p.k[i * row_ + x] = input_value(seed_, o, seq, layer, i, 1, static_cast<uint32_t>(x));
+                p.v[i * row_ + x] = input_value(seed_, o, seq, layer, i, 2, static_cast<uint32_t>(x));
+            }
+        }
+        return p;
+    }
+
+    void append(const Op& op, std::vector<bool>& touched) {
+        std::vector<uint32_t> order = op.layer_order;
+        if (order.empty()) {
+            order.resize(cfg_.n_layers);
+            std::iota(order.begin(), order.end(), 0u);
+        }
+        for (const SeqAppend& a : op.appends) touched[a.seq] = true;
+        for (uint32_t layer : order) {
+            std::vector<Pending> ps;
+            for (const SeqAppend& a : op.appends) ps.push_back(inputs(a.seq, a.n_new, layer));
+            std::vector<std::vector<float>> outs(ps.size());
+            if (op.kind == OpKind::Append) { // one call per sequence (BATCH runs its batches this way to compare)
+                for (size_t i = 0; i < ps.size(); ++i) {
+                    Pending& p = ps[i];
+                    outs[i].assign(p.q.size(), std::numeric_limits<float>::quiet_NaN());
+                    measured([&] {
+                        cache_->append_attend(p.seq, layer, p.n_new, p.q.data(), p.k.data(), p.v.data(),
+                                              outs[i].data());
+                    });
+                }
+            } else {
+                call_batch(layer, ps, outs);
+            }
+            for (size_t i = 0; i < ps.size(); ++i) {
+                record(ps[i], layer, outs[i]);
+                poison(ps[i], outs[i]);
+            }
+        }
+    }
+
+    void call_batch(uint32_t layer, std::vector<Pending>& ps, std::vector<std::vector<float>>& outs) {
+        std::vector<uint32_t> ids, offs{0};
+        std::vector<float> q, k, v;
+        for (const Pending& p : ps) {
+            ids.push_back(p.seq);
+            offs.push_back(offs.back() + p.n_new);
+            q.insert(q.end(), p.q.begin(), p.q.end());
+            k.insert(k.end(), p.k.begin(), p.k.end());
+            v.insert(v.end(), p.v.begin(), p.v.end());
+        }
+        std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+        kvc_batch b{};
+        b.struct_size = sizeof b;
+        b.n_seqs = static_cast<uint32_t>(ps.size());
+        b.seq_ids = ids.data();
+        b.token_offsets = offs.data();
+        b.q = q.data();
+        b.k = k.data();
+        b.v = v.data();
+        b.out = out.data();
+        measured([&] { cache_->append_attend_batch(layer, b); });
+        const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * d_;
+        for (size_t i = 0; i < ps.size(); ++i)
+            outs[i].assign(out.begin() + static_cast<std::ptrdiff_t>(offs[i] * qrow),
+                           out.begin() + static_cast<std::ptrdiff_t>(offs[i + 1] * qrow));
+        // the packed buffers are the ones the implementation saw: poison and keep them
+        for (auto* buf : {&q, &k, &v, &out}) {
+            std::fill(buf->begin(), buf->end(), std::numeric_limits<float>::quiet_NaN());
+            graveyard_.push_back(std::move(*buf));
+        }
+    }
+
+    // After a call the harness poisons every buffer it lent and keeps it alive, so an implementation that kept a
+    // pointer reads NaN later instead of silently reading stale inputs.
+    void poison(Pending& p, std::vector<float>& out) {
+        for (auto* buf : {&p.q, &p.k, &p.v, &out}) {
+            std::fill(buf->begin(), buf->end(), std::numeric_limits<float>::quiet_NaN());
+            graveyard_.push_back(std::move(*buf));
+        }
+    }
+
+    // Update the model with the new rows, read them back, grade the outputs.
+    void record(const Pending& p, uint32_t layer, const std::vector<float>& out) {
+        Stream& s = streams_[p.seq][layer];
+        result_.outputs[{op_, layer, p.seq}] = out;
+        if (p.n_new == 0) return;
+        const size_t rb = row_ * es_;
+        std::vector<uint8_t> kb(p.n_new * rb), vb(p.n_new * rb);
+        measured([&] { cache_->read_kv(p.seq, layer, p.before, p.n_new, kb.data(), vb.data()); });
+        std::vector<float> kx(row_);
+        for (uint32_t i = 0; i < p.n_new; ++i) {
+            const uint32_t pos = p.before + i;
+            expected_stored_key(cfg_, p.k.data() + i * row_, pos, kx.data());
+            for (size_t x = 0; x < row_; ++x) {
+                uint8_t want_k[4], want_v[4];
+                ref::store_dtype(kx[x], cfg_.dtype, want_k);
+                ref::store_dtype(p.v[i * row_ + x], cfg_.dtype, want_v);
+                const uint8_t* got_k = kb.data() + (i * row_ + x) * es_;
+                const uint8_t* got_v = vb.data() + (i * row_ + x) * es_;
+                const float gk = ref::load_dtype(got_k, cfg_.dtype), gv = ref::load_dtype(got_v, cfg_.dtype);
+                // a rotated key may differ from the long double rotation by one ulp of the cache dtype
+                const bool k_ok = std::memcmp(want_k, got_k, es_) == 0 ||
+                                  (cfg_.rope != KVC_ROPE_NONE && std::isfinite(gk) && ulp_distance(want_k, got_k, cfg_.dtype) <= 1);
+                const bool v_ok = std::memcmp(want_v, got_v, es_) == 0;
+                s.k_eff.push_back(k_ok ? gk : kx[x]);
+                s.v_eff.push_back(ref::load_dtype(want_v, cfg_.dtype));
+                if (ch_.content && (!k_ok || !v_ok)) {
+                    Mismatch m;
+                    m.seq = static_cast<int>(p.seq);
+                    m.layer = static_cast<int>(layer);
+                    m.pos = static_cast<int>(pos);
+                    m.head = static_cast<int>(x / d_);
+                    m.dim = static_cast<int>(x % d_);
+                    m.what = !k_ok ? "k" : "v";
+                    m.expected = !k_ok ? kx[x] : ref::load_dtype(want_v, cfg_.dtype);
+                    m.actual = !k_ok ? gk : gv;
+                    fail(std::string("read-back ") + m.what + " differs from the appended value rounded to " +
+                             dtype_name(cfg_.dtype) +
+                             (cfg_.rope != KVC_ROPE_NONE && !k_ok ? " and rotated (more than one ulp)" : " (bitwise)"),
+                         m);
+                }
+            }
+        }
+        s.k_expect.insert(s.k_expect.end(), kx.begin(), kx.end());
+        s.k_bits.insert(s.k_bits.end(), kb.begin(), kb.end());
+        s.v_bits.insert(s.v_bits.end(), vb.begin(), vb.end());
+        s.len += p.n_new;
+        if (ch_.equiv) grade(p, layer, out);
+    }
+
+    void grade(const Pending& p, uint32_t layer, const std::vector<float>& out) {
+        const Stream& s = streams_[p.seq][layer];
+        const Expected e = expect_outputs(cfg_, p.q.data(), p.n_new, s.k_eff, s.v_eff, s.len);
+        const Grade g = grade_outputs(cfg_, t_.caps.precision, out.data(), e);
+        result_.headroom = std::max(result_.headroom, g.headroom);
+        result_.fails_f32_class = result_.fails_f32_class || g.fails_f32_class;
+        if (g.pass) return;
+        Mismatch m;
+        m.what = "output";
+        m.seq = static_cast<int>(p.seq);
+        m.layer = static_cast<int>(layer);
+        m.pos = static_cast<int>(p.before + g.worst.token);
+        m.head = static_cast<int>(g.worst.head);
+        m.dim = static_cast<int>(g.worst.dim);
+        m.expected = g.worst.expected;
+        m.actual = g.worst.actual;
+        std::string reason = g.message;
+        if (ch_.diagnose_heads && cfg_.n_kv_heads < cfg_.n_q_heads && cfg_.n_kv_heads > 1) {
+            const Expected tile = expect_outputs(cfg_, p.q.data(), p.n_new, s.k_eff, s.v_eff, s.len, HeadMap::Tile);
+            if (grade_outputs(cfg_, t_.caps.precision, out.data(), tile).pass)
+                reason += "; the outputs match query head h reading KV head h % n_kv_heads ('tile') instead of "
+                          "h / (n_q_heads / n_kv_heads) ('repeat')";
+        }
+        if (ch_.diagnose_layers)
+            for (uint32_t other = 0; other < cfg_.n_layers; ++other) {
+                const Stream& o = streams_[p.seq][other];
+                if (other == layer || o.len != s.len) continue;
+                const Expected e2 = expect_outputs(cfg_, p.q.data(), p.n_new, o.k_eff, o.v_eff, o.len);
+                if (grade_outputs(cfg_, t_.caps.precision, out.data(), e2).pass) {
+                    reason += "; layer " + std::to_string(layer) + "'s outputs match layer " + std::to_string(other) +
+                              "'s history: one layer's cache is used for another";
+                    break;
+                }
+            }
+        fail(reason, m);
+    }
+
+    // ---- fork and release ----
+    void fork(const Op& op, std::vector<bool>& touched) {
+        touched[op.child] = true;
+        measured([&] { cache_->fork(op.seq, op.child); });
+        for (uint32_t l = 0; l < cfg_.n_layers; ++l) streams_[op.child][l] = streams_[op.seq][l];
+        if (ch_.fork_shares)
+            for (uint32_t l = 0; l < cfg_.n_layers; ++l) compare_rows(op.child, l, "a forked child's rows differ from its parent's");
+    }
+
+    void release(const Op& op, std::vector<bool>& touched) {
+        touched[op.seq] = true;
+        measured([&] { cache_->release(op.seq); });
+        for (uint32_t l = 0; l < cfg_.n_layers; ++l) streams_[op.seq][l] = Stream{};
+    }
+
+    // ---- checks after every op ----
+    void compare_rows(uint32_t seq, uint32_t layer, const std::string& reason) {
+        const Stream& s = streams_[seq][layer];
+        if (s.len == 0) return;
+        std::vector<uint8_t> kb(s.k_bits.size()), vb(s.v_bits.size());
+        measured([&] { cache_->read_kv(seq, layer, 0, s.len, kb.data(), vb.data()); });
+        for (int pass = 0; pass < 2; ++pass) {
+            const auto& want = pass == 0 ? s.k_bits : s.v_bits;
+            const auto& got = pass == 0 ? kb : vb;
+            if (want == got) continue;
+            const size_t byte = static_cast<size_t>(std::mismatch(want.begin(), want.end(), got.begin()).first - want.begin());
+            const size_t el = byte / es_;
+            Mismatch m;
+            m.what = pass == 0 ? "k" : "v";
+            m.seq = static_cast<int>(seq);
+            m.layer = static_cast<int>(layer);
+            m.pos = static_cast<int>(el / row_);
+            m.head = static_cast<int>(el % row_ / d_);
+            m.dim = static_cast<int>(el % d_);
+            m.expected = ref::load_dtype(want.data() + el * es_, cfg_.dtype);
+            m.actual = ref::load_dtype(got.data() + el * es_, cfg_.dtype);
+            fail(reason, m);
+        }
+    }
+
+    void check_after_op(const std::vector<bool>& touched) {
+        for (uint32_t seq = 0; seq < cfg_.max_seqs; ++seq)
+            for (uint32_t l = 0; l < cfg_.n_layers; ++l) {
+                if (ch_.all_unchanged || (ch_.others_unchanged && !touched[seq]))
+                    compare_rows(seq, l, "a row read back earlier changed: the past of the cache was rewritten");
+                if (ch_.lengths) {
+                    uint32_t len = 0;
+                    measured([&] { len = cache_->seq_length(seq, l); });
+                    if (len != streams_[seq][l].len) {
+                        Mismatch m;
+                        m.what = "seq_length";
+                        m.seq = static_cast<int>(seq);
+                        m.layer = static_cast<int>(l);
+                        m.expected = streams_[seq][l].len;
+                        m.actual = len;
+                        fail("the sequence's length differs from the number of rows appended since it was started",
+                             m);
+                    }
+                }
+            }
+        if (ch_.memory) check_memory();
+    }
+
+    void check_memory() {
+        const kvc_memory m = cache_->memory();
+        const uint64_t row_bytes = 2ull * row_ * es_;
+        const uint64_t block = std::max<uint32_t>(m.block_size, 1u);
+        uint64_t live = 0, bound = 0;
+        for (const auto& seq : streams_)
+            for (const Stream& s : seq) {
+                live += s.len * row_bytes;
+                bound += (s.len + block - 1) / block * block * row_bytes;
+            }
+        Mismatch mm;
+        if (m.live_bytes != live) {
+            mm.what = "live_bytes";
+            mm.expected = static_cast<double>(live);
+            mm.actual = static_cast<double>(m.live_bytes);
+            fail("reported live bytes differ from 2 * tokens * n_kv_heads * head_dim * sizeof(dtype)", mm);
+        }
+        if (m.capacity_bytes > bound) {
+            mm.what = "capacity_bytes";
+            mm.expected = static_cast<double>(bound);
+            mm.actual = static_cast<double>(m.capacity_bytes);
+            fail("reported capacity exceeds the formula rounded up to whole blocks of " + std::to_string(block) +
+                     " tokens per sequence and layer",
+                 mm);
+        }
+        if (m.block_size == 0 || (cfg_.max_tokens > 0 && m.block_size > std::max(cfg_.max_tokens, 1u))) {
+            mm.what = "block_size";
+            mm.expected = 1;
+            mm.actual = m.block_size;
+            fail("reported block size must be between 1 and max_tokens", mm);
+        }
+    }
+
+    const Target& t_;
+    const uint64_t seed_;
+    const Checks ch_;
+    QueryVariant qv_;
+    const CaseConfig cfg_;
+    const uint32_t d_;
+    const size_t row_, es_;
+    std::vector<std::vector<Stream>> streams_; // [seq][layer]
+    std::vector<std::vector<float>> graveyard_; // poisoned buffers, alive until the cache is gone (declared first)
+    std::unique_ptr<Cache> cache_;
+    int64_t grown_ = 0; // allocator growth summed over the windows around calls
+    int op_ = -1;
+    RunResult result_;
+};
+
+Session::Session(const Target& target, const CaseConfig& cfg, uint64_t data_seed, const Checks& checks,
+                 QueryVariant variant)
+    : impl_(std::make_unique<Impl>(target, cfg, data_seed, checks, variant)) {}
+Session::~Session() = default;
+void Session::apply(const Op& op) { impl_->apply(op); }
+const RunResult& Session::result() const { return impl_->result(); }
+
+RunResult run_script(const Target& target, const Case& c, const Checks& checks, QueryVariant variant) {
+    Session s(target, c.cfg, c.data_seed, checks, variant);
+    for (const Op& op : c.ops) s.apply(op);
+    return s.result();
+}
+
+} // namespace kvc::prop

@@ -1,0 +1,64 @@
+#include "kvcheck/properties/target.hpp"
+
+#include "kvcheck/abi.hpp"
+
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+
+namespace kvc::prop {
+
+Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
+    const kvc_plugin_api* api = entry(KVC_ABI_VERSION_MAJOR, KVC_ABI_VERSION_MINOR);
+    if (api == nullptr)
+        throw LoadError(origin + ": the entry point returned no function table (the plugin cannot serve ABI " +
+                        std::to_string(KVC_ABI_VERSION_MAJOR) + "." + std::to_string(KVC_ABI_VERSION_MINOR) + ")");
+    if (api->abi_major != KVC_ABI_VERSION_MAJOR)
+        throw LoadError(origin + ": plugin speaks ABI major version " + std::to_string(api->abi_major) +
+                        ", this kvcheck speaks " + std::to_string(KVC_ABI_VERSION_MAJOR) +
+                        " (major versions are incompatible; rebuild the plugin against this kvcheck's abi.h)");
+    // Version 1.0 members up to `release` must all be there; a table smaller than that is malformed.
+    if (api->struct_size < offsetof(kvc_plugin_api, release) + sizeof(api->release))
+        throw LoadError(origin + ": function table struct_size " + std::to_string(api->struct_size) +
+                        " is smaller than ABI 1.0's");
+    const char* missing = !api->get_caps ? "get_caps" : !api->create ? "create" : !api->destroy ? "destroy"
+                        : !api->last_error ? "last_error" : !api->append_attend ? "append_attend"
+                        : !api->read_kv ? "read_kv" : !api->seq_length ? "seq_length" : !api->memory ? "memory"
+                        : nullptr;
+    if (missing) throw LoadError(origin + ": required member " + missing + " is NULL");
+    Target t;
+    t.name = api->name ? api->name : "(unnamed)";
+    t.origin = origin;
+    t.api = api;
+    t.caps = query_caps(api);
+    const auto need = [&](uint32_t bit, bool present, const char* what) {
+        if ((t.caps.features & bit) && !present)
+            throw LoadError(origin + ": declares " + what + " but the table's " + what + " member is NULL");
+    };
+    need(KVC_FEATURE_FORK, KVC_API_HAS(api, fork), "fork");
+    need(KVC_FEATURE_RELEASE, KVC_API_HAS(api, release), "release");
+    need(KVC_FEATURE_BATCH, KVC_API_HAS(api, append_attend_batch), "append_attend_batch");
+    return t;
+}
+
+Target load_plugin(const std::string& path) {
+    if (!std::ifstream(path).good()) throw LoadError(path + ": cannot open the file");
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char* err = dlerror();
+        throw LoadError(path + ": not a loadable shared library (" + (err ? err : "dlopen failed") + ")");
+    }
+    std::shared_ptr<void> lib(handle, [](void* h) { dlclose(h); });
+    void* sym = dlsym(handle, KVC_ENTRY_SYMBOL);
+    if (!sym) throw LoadError(path + ": no exported symbol " KVC_ENTRY_SYMBOL " (see docs/plugin-abi.md)");
+    kvc_entry_fn entry;
+    static_assert(sizeof entry == sizeof sym, "function and object pointers differ in size");
+    std::memcpy(&entry, &sym, sizeof entry);
+    Target t = target_from_entry(entry, path);
+    t.library = lib;
+    return t;
+}
+
+} // namespace kvc::prop

@@ -1,0 +1,52 @@
+// Helpers for running the deliberately broken implementations (tests/doubles/) through the runner, the same way
+// `kvcheck validate` does: case by case from a fixed seed, shrinking failures.
+#pragma once
+
+#include "implementations.hpp"
+#include "kvcheck/properties/runner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <optional>
+
+namespace kvc::testing {
+
+constexpr uint64_t kDoublesSeed = 20261129;
+
+// The first failing case among `cases` cases of property `id`, shrunk; printed with its seed for replay.
+inline std::optional<prop::CaseResult> first_failure(const prop::Target& t, const std::string& id, int cases) {
+    prop::RunSettings s;
+    s.seed = kDoublesSeed;
+    s.cases = cases;
+    const prop::Property& p = *prop::find_property(id);
+    for (int i = 0; i < cases; ++i) {
+        prop::CaseResult r = prop::run_case(t, p, s, i);
+        if (r.verdict == prop::Verdict::Fail || r.verdict == prop::Verdict::Error) {
+            std::cout << "[" << t.origin << "] " << r.id << " " << prop::verdict_name(r.verdict) << " ["
+                      << r.failed_property << "] seed " << s.seed << " case seed " << r.seed << " after "
+                      << r.shrink_steps << " shrinks:\n  " << r.reason << "\n"
+                      << (r.mismatch ? "  first mismatch: " + r.mismatch->describe() + "\n" : "")
+                      << prop::describe(r.counterexample);
+            return r;
+        }
+    }
+    return std::nullopt;
+}
+
+// Asserts that `double_name` is caught by `intended` and passes every property in `unrelated`.
+inline void expect_caught_only_by(const std::string& double_name, const std::string& intended,
+                                  const std::vector<std::string>& unrelated, int cases = 60) {
+    const prop::Target t = load_implementation("double-" + double_name);
+    const auto caught = first_failure(t, intended, cases);
+    ASSERT_TRUE(caught.has_value()) << double_name << " was not caught by " << intended << " in " << cases << " cases";
+    EXPECT_EQ(caught->verdict, prop::Verdict::Fail);
+    EXPECT_EQ(caught->failed_property, intended);
+    for (const std::string& other : unrelated) {
+        const auto r = first_failure(t, other, cases / 2);
+        EXPECT_FALSE(r.has_value()) << double_name << " should pass " << other << " but got: "
+                                    << (r ? r->reason : std::string());
+    }
+}
+
+} // namespace kvc::testing
