@@ -1,6 +1,67 @@
-// PLACEHOLDER until its issue lands: registers nothing.
+// kvcheck golden verify | regen: the golden data (golden/*.json) against the reference. The checking itself lives
+// in kvcheck_golden; this file only parses arguments, prints, and maps the result to an exit code.
 #include "commands.hpp"
 
+#include "kvcheck/golden/golden.hpp"
+
+#include <iostream>
+
 namespace kvc::cli {
-void add_golden_commands(CLI::App& /*app*/, int& /*exit_code*/) {}
+namespace {
+
+void add_verify(CLI::App& golden, std::string& dir, int& exit_code) {
+    auto* verify = golden.add_subcommand(
+        "verify", "Check every printed number against the reference at its printed precision, and every computed "
+                  "field against the reference at 1e-12. Exit 0 all match, 1 mismatch, 2 malformed/stale/missing");
+    verify->add_option("--dir", dir, "golden directory")->capture_default_str();
+    verify->callback([&dir, &exit_code] {
+        const golden::Report report = golden::verify_dir(dir);
+        std::cout << golden::format_report(report);
+        exit_code = report.exit_code();
+    });
+}
+
+void add_regen(CLI::App& golden, std::string& dir, int& exit_code) {
+    auto* regen = golden.add_subcommand(
+        "regen", "Recompute every computed field from the reference and rewrite the files (deterministic: a rerun "
+                 "changes nothing). Printed values and provenance are never touched");
+    regen->add_option("--dir", dir, "golden directory")->capture_default_str();
+    regen->callback([&dir, &exit_code] {
+        std::string internal;
+        std::vector<golden::RegenResult> results;
+        try {
+            results = golden::regen_dir(dir, internal);
+        } catch (const std::exception& e) { // missing directory, no golden files
+            std::cout << "golden: " << e.what() << "\n";
+            exit_code = kExitBadInput;
+            return;
+        }
+        if (!internal.empty()) {
+            std::cout << "golden: internal error: " << internal << "\n";
+            exit_code = kExitInternal;
+            return;
+        }
+        exit_code = kExitOk;
+        for (const auto& r : results) {
+            if (!r.error.empty()) {
+                std::cout << "golden: " << r.file << ": NOT REGENERATED, MALFORMED: " << r.error << "\n";
+                exit_code = kExitBadInput;
+            } else {
+                std::cout << "golden: " << r.file << ": " << (r.changed ? "rewritten" : "unchanged") << "\n";
+            }
+        }
+        if (exit_code == kExitOk) std::cout << "golden: now run build/bin/kvcheck golden verify\n";
+    });
+}
+
+} // namespace
+
+void add_golden_commands(CLI::App& app, int& exit_code) {
+    static std::string dir = KVCHECK_DEFAULT_GOLDEN_DIR; // CLI11 keeps references: must outlive parse()
+    auto* golden = app.add_subcommand("golden", "The numbers the source documents print, checked against the reference");
+    golden->require_subcommand(1);
+    add_verify(*golden, dir, exit_code);
+    add_regen(*golden, dir, exit_code);
+}
+
 } // namespace kvc::cli
