@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""End-to-end cases of `kvcheck export | grade`, with the numpy example (tools/python_example) as the implementation.
+
+    vectors_e2e.py --kvcheck build/bin/kvcheck --example tools/python_example --work DIR CASE
+
+Each case exports vectors, runs the example, optionally breaks what it wrote in one precise way, grades, and checks
+the exit code and that the output names the right property, file and problem. Exit 0 when the case holds.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+
+def sh(cmd):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print("$ " + " ".join(cmd) + "\n" + p.stdout)
+    return p.returncode, p.stdout
+
+
+class Case:
+    def __init__(self, args):
+        self.kvcheck, self.example, self.work = args.kvcheck, args.example, args.work
+        sys.dont_write_bytecode = True  # keep the source tree clean
+        sys.path.insert(0, self.example)
+        import safetensors_np  # the example's own reader and writer
+
+        self.st = safetensors_np
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+        self.vectors = os.path.join(self.work, "vectors")
+        self.results = os.path.join(self.work, "results")
+
+    def export(self, *extra):
+        rc, _ = sh([self.kvcheck, "export", "--out", self.vectors, *extra])
+        expect(rc == 0, f"export exited {rc}")
+        with open(os.path.join(self.vectors, "manifest.json")) as f:
+            self.manifest = json.load(f)
+
+    def run_example(self, *extra):
+        rc, _ = sh([sys.executable, "-B", os.path.join(self.example, "kvcache_example.py"), "--vectors", self.vectors,
+                    "--results", self.results, *extra])
+        expect(rc == 0, f"the example exited {rc}")
+
+    def grade(self, want_rc, *extra):
+        rc, out = sh([self.kvcheck, "grade", "--vectors", self.vectors, "--results", self.results, *extra])
+        expect(rc == want_rc, f"grade exited {rc}, expected {want_rc}")
+        return out
+
+    def case(self, pred):
+        """The first case of the manifest for which pred(case) holds."""
+        for c in self.manifest["cases"]:
+            if pred(c):
+                return c
+        raise AssertionError("no exported case fits this test; export more cases")
+
+    def result_path(self, case, ext="safetensors"):
+        return os.path.join(self.results, case["file"] + "." + ext)
+
+
+def expect(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def expect_in(text, *parts):
+    for p in parts:
+        expect(p in text, f"the output does not say {p!r}")
+
+
+def verdict_line(out, case_id):
+    for line in out.splitlines():
+        if line.split()[:1] == [case_id]:
+            return line
+    raise AssertionError(f"no verdict line for {case_id}")
+
+
+def rewrite_header(path, edit):
+    """Rewrites a safetensors file's JSON header with edit(header) (data bytes unchanged)."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + n])
+    edit(header)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + blob[8 + n :])
+
+
+def nonempty_tensors_in_data_order(header):
+    names = [k for k in header if k != "__metadata__" and header[k]["data_offsets"][1] > header[k]["data_offsets"][0]]
+    return sorted(names, key=lambda k: header[k]["data_offsets"])
+
+
+# ---- the cases ---------------------------------------------------------------------------------------------------
+
+
+def roundtrip(t):
+    t.export()
+    t.run_example()
+    report, junit = os.path.join(t.work, "report.json"), os.path.join(t.work, "junit.xml")
+    out = t.grade(0, "--report", report, "--junit", junit)
+    expect("FAIL" not in out and "ERROR" not in out, "a case did not pass")
+    with open(report) as f:
+        r = json.load(f)
+    expect(r["exit_code"] == 0, "the report's exit code")
+    expect(len(r["cases"]) == len(t.manifest["cases"]) == 40, "one verdict per exported case")
+    expect(all(c["verdict"] == "PASS" for c in r["cases"]), "every verdict PASS")
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(junit).getroot()
+    expect(suite.get("tests") == "40" and suite.get("failures") == "0" and suite.get("errors") == "0", "JUnit")
+    expect(not [p for p in os.listdir(t.work) if p.endswith(".tmp")], "no temporary files left")
+
+
+def skip_self(t):
+    t.export("--properties", "EQUIV", "--cases", "5")
+    t.run_example("--bug", "skip-self")
+    report = os.path.join(t.work, "report.json")
+    out = t.grade(1, "--report", report)
+    expect_in(out, "FAIL", "EQUIV: ", "first mismatch: output at op")
+    with open(report) as f:
+        r = json.load(f)
+    expect(all(c["verdict"] == "FAIL" and c["failed_property"] == "EQUIV" for c in r["cases"]), "every case FAILs")
+
+
+def flip_dump_element(t, case, step, row):
+    """Changes the lowest bit of one element of step<step>.v's row `row` in the case's results."""
+    path = t.result_path(case)
+    tensors, dtypes, meta = t.st.read(path)
+    out = []
+    for name, array in tensors.items():
+        array = array.copy()
+        if name == f"step{step}.v":
+            flat = array.reshape(-1).view({2: "u2", 4: "u4"}[array.itemsize])
+            flat[row * array.shape[1] * array.shape[2]] ^= 1
+        out.append((name, dtypes[name], array))
+    t.st.write(path, out, meta)
+
+
+def content_bitflip(t):
+    t.export("--properties", "CACHE-CONTENT", "--cases", "4")
+    t.run_example()
+    c = t.case(lambda c: any(s["op"] == "append" and s["n_new"] > 0 for s in c["steps"]))
+    s = next(s for s in c["steps"] if s["op"] == "append" and s["n_new"] > 0)
+    flip_dump_element(t, c, s["step"], s["pos_begin"])
+    out = t.grade(1)
+    expect_in(verdict_line(out, c["id"]), "FAIL", "CACHE-CONTENT: dumped v differs from the appended value",
+              f"position {s['pos_begin']}")
+
+
+def past_rewritten(t):
+    t.export("--properties", "APPEND-ONLY", "--cases", "6")
+    t.run_example()
+    c = t.case(lambda c: any(s["op"] == "append" and s["pos_begin"] > 0 for s in c["steps"]))
+    s = next(s for s in c["steps"] if s["op"] == "append" and s["pos_begin"] > 0)
+    flip_dump_element(t, c, s["step"], 0)  # row 0 was dumped by an earlier step
+    out = t.grade(1)
+    expect_in(verdict_line(out, c["id"]), "FAIL", "APPEND-ONLY: a row dumped earlier changed", "position 0")
+
+
+def memory_misreport(t):
+    t.export("--properties", "MEMORY", "--cases", "3")
+    t.run_example()
+    c = t.manifest["cases"][0]
+    with open(t.result_path(c, "json")) as f:
+        j = json.load(f)
+    j["live_bytes"][-1] += 2
+    with open(t.result_path(c, "json"), "w") as f:
+        json.dump(j, f)
+    out = t.grade(1)
+    expect_in(verdict_line(out, c["id"]), "FAIL", "MEMORY: reported live bytes differ")
+
+
+def not_supported(t):
+    t.export("--cases", "6")
+    t.run_example()
+    dropped = "dtype bf16"
+    for c in t.manifest["cases"]:
+        if dropped in c["requires"]:
+            os.remove(t.result_path(c))
+            os.remove(t.result_path(c, "json"))
+    path = os.path.join(t.results, "manifest.json")
+    with open(path) as f:
+        m = json.load(f)
+    m["capabilities"].remove(dropped)
+    with open(path, "w") as f:
+        json.dump(m, f)
+    c = t.case(lambda c: dropped in c["requires"])
+    out = t.grade(0)
+    expect_in(verdict_line(out, c["id"]), "NOT_SUPPORTED", "needs dtype bf16")
+
+
+def missing_results(t):
+    t.export("--cases", "2")
+    t.run_example()
+    c = t.manifest["cases"][0]
+    os.remove(t.result_path(c))
+    os.remove(t.result_path(c, "json"))
+    out = t.grade(1)
+    expect_in(verdict_line(out, c["id"]), "ERROR", "no results", "declares every capability")
+
+
+def missing_tensor(t):
+    t.export("--properties", "EQUIV", "--cases", "2")
+    t.run_example()
+    c = t.manifest["cases"][0]
+    tensors, dtypes, meta = t.st.read(t.result_path(c))
+    t.st.write(t.result_path(c), [(n, dtypes[n], a) for n, a in tensors.items() if n != "step0.out"], meta)
+    out = t.grade(1)
+    expect_in(verdict_line(out, c["id"]), "ERROR", c["file"] + '.safetensors: tensor "step0.out" is missing')
+
+
+def nan_output(t):
+    t.export("--properties", "EQUIV", "--cases", "3")
+    t.run_example()
+    c = t.case(lambda c: any(s["op"] == "append" and s["n_new"] > 0 for s in c["steps"]))
+    s = next(s for s in c["steps"] if s["op"] == "append" and s["n_new"] > 0)
+    tensors, dtypes, meta = t.st.read(t.result_path(c))
+    out = []
+    for name, array in tensors.items():
+        array = array.copy()
+        if name == f"step{s['step']}.out":
+            array.reshape(-1)[-1] = float("nan")
+        out.append((name, dtypes[name], array))
+    t.st.write(t.result_path(c), out, meta)
+    out = t.grade(1)
+    expect_in(verdict_line(out, c["id"]), "FAIL", "EQUIV: NaN in the output")
+
+
+def malformed(t, edit, *parts, inputs=False):
+    t.export("--properties", "EQUIV", "--cases", "2")
+    t.run_example()
+    c = t.manifest["cases"][0]
+    path = os.path.join(t.vectors, c["inputs"]) if inputs else t.result_path(c)
+    edit(path)
+    out = t.grade(2)
+    expect_in(out, path + ": ", *parts)
+
+
+def truncate(path, n):
+    with open(path, "rb") as f:
+        blob = f.read()
+    with open(path, "wb") as f:
+        f.write(blob[:n])
+
+
+def st_truncated_header(t):
+    malformed(t, lambda p: truncate(p, 5), "truncated")
+
+
+def st_header_too_long(t):
+    def edit(p):
+        with open(p, "rb") as f:
+            blob = f.read()
+        with open(p, "wb") as f:
+            f.write(struct.pack("<Q", len(blob)) + blob[8:])
+
+    malformed(t, edit, "is larger than the file")
+
+
+def st_offsets_out_of_range(t):
+    def edit(h):
+        last = nonempty_tensors_in_data_order(h)[-1]
+        h[last]["data_offsets"] = [x + 4096 for x in h[last]["data_offsets"]]  # same size, past the end
+
+    malformed(t, lambda p: rewrite_header(p, edit), "out of range")
+
+
+def st_overlap(t):
+    def edit(h):
+        names = nonempty_tensors_in_data_order(h)
+        b = h[names[1]]["data_offsets"]
+        h[names[1]]["data_offsets"] = [b[0] - 4, b[1] - 4]
+
+    malformed(t, lambda p: rewrite_header(p, edit), "overlap")
+
+
+def st_dtype_size(t):
+    def edit(h):
+        h[nonempty_tensors_in_data_order(h)[0]]["dtype"] = "F16"  # the F32 bytes are twice what F16 needs
+
+    malformed(t, lambda p: rewrite_header(p, edit), "bytes, but dtype F16")
+
+
+def inputs_truncated(t):
+    malformed(t, lambda p: truncate(p, 30), "is larger than the file", inputs=True)
+
+
+CASES = {f.__name__: f for f in [roundtrip, skip_self, content_bitflip, past_rewritten, memory_misreport,
+                                 nan_output, not_supported, missing_results, missing_tensor, st_truncated_header,
+                                 st_header_too_long, st_offsets_out_of_range, st_overlap, st_dtype_size,
+                                 inputs_truncated]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kvcheck", required=True)
+    ap.add_argument("--example", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("case", choices=sorted(CASES))
+    args = ap.parse_args()
+    t = Case(args)
+    try:
+        CASES[args.case](t)
+    except AssertionError as e:
+        print(f"FAILED {args.case}: {e}")
+        return 1
+    shutil.rmtree(args.work, ignore_errors=True)
+    print(f"ok {args.case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

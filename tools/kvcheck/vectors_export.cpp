@@ -1,0 +1,245 @@
+// kvcheck export: conformance cases written as files. For every case: the inputs of every call (safetensors), and
+// apart from them what a correct cache must produce (the long double oracle's outputs, per-row tolerance bounds,
+// the rows it must store, the live bytes after every step). Deterministic: same options, same bytes.
+#include "vectors_commands.hpp"
+
+#include "commands.hpp"
+#include "safetensors.hpp"
+#include "vectors_model.hpp"
+
+#include "kvcheck/abi.hpp"
+#include "kvcheck/properties/oracle.hpp"
+#include "kvcheck/properties/properties.hpp"
+#include "kvcheck/properties/runner.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+namespace kvc::vec {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+st::DType cache_st_dtype(uint32_t dtype) {
+    return dtype == KVC_DTYPE_F32 ? st::DType::F32 : dtype == KVC_DTYPE_F16 ? st::DType::F16 : st::DType::BF16;
+}
+
+int dtype_from_word(const std::string& w) {
+    for (uint32_t d = 0; d < 3; ++d)
+        if (w == dtype_name(d)) return static_cast<int>(d);
+    return -1;
+}
+
+std::string step_name(size_t i, const char* what) { return "step" + std::to_string(i) + "." + what; }
+
+// The harness's model of one (sequence, layer) while exporting: the stored rows widened to float.
+struct Stream {
+    uint32_t len = 0;
+    std::vector<float> k, v; // [len][Hkv*d]
+};
+
+struct Written {
+    nlohmann::json entry;  // the case in manifest.json
+    st::File inputs, expected;
+    nlohmann::json expected_json;
+};
+
+Written export_case(const prop::Property& p, const prop::RunSettings& settings, int index, const prop::Case& c) {
+    const prop::CaseConfig& cfg = c.cfg;
+    const std::string id = prop::case_id(p.id, index);
+    const std::string stem = case_stem(id);
+    const uint64_t Hq = cfg.n_q_heads, Hkv = cfg.n_kv_heads, d = cfg.head_dim;
+    const st::DType cdt = cache_st_dtype(cfg.dtype);
+
+    Written w;
+    w.inputs.metadata = {{"format", "kvcheck-vectors-inputs"}, {"case", id}};
+    w.expected.metadata = {{"format", "kvcheck-vectors-expected"}, {"case", id}};
+
+    std::vector<std::vector<Stream>> streams(cfg.max_seqs, std::vector<Stream>(cfg.n_layers));
+    std::vector<std::vector<uint32_t>> lengths(cfg.max_seqs, std::vector<uint32_t>(cfg.n_layers, 0));
+    nlohmann::json steps = nlohmann::json::array(), expected_steps = nlohmann::json::array();
+    const std::vector<Step> expanded = expand_steps(c);
+    for (size_t i = 0; i < expanded.size(); ++i) {
+        const Step& step = expanded[i];
+        steps.push_back(step_json(step, i));
+        nlohmann::json ej = {{"step", i}};
+        if (step.kind == StepKind::Append) {
+            const StepInputs in = step_inputs(c, step);
+            const uint64_t n = step.n_new;
+            st::put_f32(w.inputs.add(step_name(i, "q"), st::DType::F32, {n, Hq, d}), in.q.data(), in.q.size());
+            st::put_f32(w.inputs.add(step_name(i, "k"), st::DType::F32, {n, Hkv, d}), in.k.data(), in.k.size());
+            st::put_f32(w.inputs.add(step_name(i, "v"), st::DType::F32, {n, Hkv, d}), in.v.data(), in.v.size());
+
+            const StoredRows rows = expected_new_rows(cfg, step, in);
+            Stream& strm = streams[step.seq][step.layer];
+            strm.k.insert(strm.k.end(), rows.k.begin(), rows.k.end());
+            strm.v.insert(strm.v.end(), rows.v.begin(), rows.v.end());
+            strm.len += step.n_new;
+            lengths[step.seq][step.layer] = strm.len;
+
+            std::vector<double> oracle;
+            std::vector<float> v_scale;
+            RowBounds bounds;
+            if (step.n_new > 0) {
+                const prop::Expected e = prop::expect_outputs(cfg, in.q.data(), step.n_new, strm.k, strm.v, strm.len);
+                oracle.assign(e.oracle.begin(), e.oracle.end());
+                v_scale = e.v_scale;
+                bounds = row_bounds(cfg, e);
+            }
+            st::put_f64(w.expected.add(step_name(i, "out"), st::DType::F64, {step.n_new, Hq, d}), oracle.data(),
+                        oracle.size());
+            st::put_f32(w.expected.add(step_name(i, "v_scale"), st::DType::F32, {step.n_new, Hq}), v_scale.data(),
+                        v_scale.size());
+            st::put_f64(w.expected.add(step_name(i, "allowed_f32"), st::DType::F64, {step.n_new, Hq}),
+                        bounds.f32.data(), bounds.f32.size());
+            st::put_f64(w.expected.add(step_name(i, "allowed_cache_dtype"), st::DType::F64, {step.n_new, Hq}),
+                        bounds.cache_dtype.data(), bounds.cache_dtype.size());
+            w.expected.add(step_name(i, "k"), cdt, {step.n_new, Hkv, d}).data = rows.k_bits;
+            w.expected.add(step_name(i, "v"), cdt, {step.n_new, Hkv, d}).data = rows.v_bits;
+            ej["rows"] = strm.len;
+        } else if (step.kind == StepKind::Fork) {
+            for (uint32_t l = 0; l < cfg.n_layers; ++l) {
+                streams[step.child][l] = streams[step.seq][l];
+                lengths[step.child][l] = lengths[step.seq][l];
+            }
+        } else {
+            for (uint32_t l = 0; l < cfg.n_layers; ++l) {
+                streams[step.seq][l] = Stream{};
+                lengths[step.seq][l] = 0;
+            }
+        }
+        ej["live_bytes"] = live_bytes(cfg, lengths);
+        expected_steps.push_back(ej);
+    }
+    nlohmann::json finals = nlohmann::json::array();
+    for (uint32_t sq = 0; sq < cfg.max_seqs; ++sq)
+        for (uint32_t l = 0; l < cfg.n_layers; ++l)
+            if (lengths[sq][l] > 0) {
+                const std::string base = "final.s" + std::to_string(sq) + ".l" + std::to_string(l);
+                finals.push_back({{"seq", sq}, {"layer", l}, {"rows", lengths[sq][l]}, {"k", base + ".k"},
+                                  {"v", base + ".v"}});
+            }
+
+    w.entry = {{"id", id},
+               {"property", p.id},
+               {"index", index},
+               {"seed", prop::case_seed(settings.seed, p.id, index)},
+               {"file", stem},
+               {"inputs", "inputs/" + stem + ".safetensors"},
+               {"expected", "expected/" + stem + ".safetensors"},
+               {"expected_json", "expected/" + stem + ".json"},
+               {"requires", required_words(c)},
+               {"config", config_json(cfg)},
+               {"steps", steps},
+               {"final_dumps", finals},
+               {"case", prop::to_json(c)},
+               {"case_text", prop::describe(c)}};
+    w.expected_json = {{"kvcheck_vectors_expected", kVectorsFormat}, {"id", id}, {"steps", expected_steps},
+                       {"final_dumps", finals}};
+    return w;
+}
+
+} // namespace
+
+int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
+    using cli::kExitBadInput;
+    if (o.cases < 1) {
+        err << "kvcheck export: --cases must be at least 1\n";
+        return kExitBadInput;
+    }
+    std::vector<const prop::Property*> props;
+    for (const std::string& id : o.properties) {
+        const prop::Property* p = prop::find_property(id);
+        if (!p) {
+            err << "kvcheck export: unknown property \"" << id << "\" (kvcheck list shows them)\n";
+            return kExitBadInput;
+        }
+        if (!offline_property(id).ok) {
+            err << "kvcheck export: property " << id
+                << " cannot be graded from files (it watches the allocator and reruns the case); offline "
+                   "properties:";
+            for (const std::string& x : offline_property_ids()) err << " " << x;
+            err << "\n";
+            return kExitBadInput;
+        }
+        if (std::find(props.begin(), props.end(), p) == props.end()) props.push_back(p);
+    }
+    std::set<uint32_t> dtypes;
+    for (const std::string& w : o.dtypes) {
+        const int dt = dtype_from_word(w);
+        if (dt < 0) {
+            err << "kvcheck export: unknown dtype \"" << w << "\" (f32, f16, bf16)\n";
+            return kExitBadInput;
+        }
+        dtypes.insert(static_cast<uint32_t>(dt));
+    }
+    if (props.empty() || dtypes.empty()) {
+        err << "kvcheck export: nothing to export (empty --properties or --dtypes)\n";
+        return kExitBadInput;
+    }
+
+    const fs::path dir(o.out);
+    std::error_code ec;
+    for (const fs::path& sub : {dir, dir / "inputs", dir / "expected"}) {
+        fs::create_directories(sub, ec);
+        if (ec || !fs::is_directory(sub)) {
+            err << "kvcheck export: " << sub.string() << ": cannot create the directory"
+                << (ec ? " (" + ec.message() + ")" : std::string()) << "\n";
+            return kExitBadInput;
+        }
+    }
+
+    prop::RunSettings settings;
+    settings.seed = o.seed;
+    settings.cases = o.cases;
+    nlohmann::json cases = nlohmann::json::array();
+    std::vector<std::string> used_props, used_dtypes;
+    for (uint32_t d : dtypes) used_dtypes.emplace_back(dtype_name(d));
+    size_t n_files = 0;
+    try {
+        for (const prop::Property* p : props) {
+            used_props.push_back(p->id);
+            // Case `index` is exactly `kvcheck validate`'s case `index` for the same seed and --cases; cases of a
+            // dtype not asked for are skipped, so the indices may have gaps.
+            int accepted = 0;
+            const int limit = o.cases * 200;
+            for (int index = 0; accepted < o.cases && index < limit; ++index) {
+                const prop::Case c = prop::generate_case(*p, settings, index);
+                if (!dtypes.count(c.cfg.dtype)) continue;
+                ++accepted;
+                const Written w = export_case(*p, settings, index, c);
+                st::write_file((dir / w.entry["inputs"].get<std::string>()).string(), w.inputs);
+                st::write_file((dir / w.entry["expected"].get<std::string>()).string(), w.expected);
+                st::write_bytes_atomically((dir / w.entry["expected_json"].get<std::string>()).string(),
+                                           w.expected_json.dump(1) + "\n");
+                n_files += 3;
+                cases.push_back(w.entry);
+            }
+            if (accepted < o.cases)
+                err << "kvcheck export: warning: only " << accepted << " cases of " << p->id
+                    << " with the requested dtypes among the first " << limit << " indices\n";
+        }
+        const nlohmann::json manifest = {
+            {"kvcheck_vectors", kVectorsFormat},
+            {"kvcheck_version", KVCHECK_VERSION},
+            {"seed", o.seed},
+            {"cases_per_property", o.cases},
+            {"properties", used_props},
+            {"dtypes", used_dtypes},
+            {"results_format", kResultsFormat},
+            {"about", "kvcheck conformance vectors; docs/vectors.md describes every file and the results to write "
+                      "back for `kvcheck grade`"},
+            {"cases", cases}};
+        st::write_bytes_atomically((dir / "manifest.json").string(), manifest.dump(1) + "\n");
+    } catch (const std::runtime_error& e) { // a file could not be written
+        err << "kvcheck export: " << e.what() << "\n";
+        return kExitBadInput;
+    }
+    out << "kvcheck export: " << cases.size() << " cases (" << n_files + 1 << " files) written to " << dir.string()
+        << "\n";
+    return cli::kExitOk;
+}
+
+} // namespace kvc::vec

@@ -1,0 +1,669 @@
+// kvcheck grade: what an implementation wrote back for exported vectors, graded with the checks that make sense
+// offline (EQUIV, CACHE-CONTENT, APPEND-ONLY, MEMORY and the properties built from them). The harness's model is
+// rebuilt from the case's script and data seed, exactly as the plugin session keeps it, and each step of the
+// results is checked against it. docs/vectors.md specifies the results.
+#include "vectors_commands.hpp"
+
+#include "commands.hpp"
+#include "safetensors.hpp"
+#include "vectors_model.hpp"
+
+#include "kvcheck/abi.hpp"
+#include "kvcheck/properties/oracle.hpp"
+#include "kvcheck/properties/runner.hpp"
+#include "kvcheck/properties/tolerance.hpp"
+#include "kvcheck/reference/dtype.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace kvc::vec {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// A missing or malformed file: grading stops with exit 2. The message names the file and the problem.
+class BadInput : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// The implementation's results for a case are readable but incomplete or of the wrong shape: ERROR.
+struct CaseError {
+    std::string reason;
+    int step = -1;
+};
+
+// A check failed: FAIL of the case's property.
+struct CaseFail {
+    std::string reason;
+    prop::Mismatch m;
+    int step = -1;
+};
+
+json read_json(const fs::path& p) {
+    std::ifstream in(p);
+    if (!in) throw BadInput(p.string() + ": cannot be opened (missing or unreadable)");
+    try {
+        return json::parse(in);
+    } catch (const json::parse_error& e) {
+        throw BadInput(p.string() + ": not valid JSON (" + e.what() + ")");
+    }
+}
+
+template <typename T>
+T field(const json& j, const char* key, const std::string& where) {
+    if (!j.is_object() || !j.contains(key)) throw BadInput(where + ": missing field \"" + key + "\"");
+    try {
+        return j.at(key).get<T>();
+    } catch (const json::exception&) {
+        throw BadInput(where + ": field \"" + key + "\" has the wrong type");
+    }
+}
+
+st::DType cache_st_dtype(uint32_t dtype) {
+    return dtype == KVC_DTYPE_F32 ? st::DType::F32 : dtype == KVC_DTYPE_F16 ? st::DType::F16 : st::DType::BF16;
+}
+
+std::string shape_text(const std::vector<uint64_t>& s) {
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+// ---- the exported vectors ----
+
+struct VCase {
+    std::string id, property, stem;
+    int index = 0;
+    uint64_t seed = 0;
+    std::vector<std::string> requires_;
+    prop::Case c;
+    OfflineChecks checks;
+    std::vector<Step> steps;
+};
+
+struct Vectors {
+    uint64_t seed = 0;
+    std::vector<VCase> cases;
+};
+
+// The inputs file must hold exactly what the case's data seed gives: the numbers the implementation computed with
+// are the numbers the harness grades against.
+void check_inputs(const fs::path& file, const VCase& vc) {
+    st::File f;
+    try {
+        f = st::read_file(file.string());
+    } catch (const st::FormatError& e) {
+        throw BadInput(e.what());
+    }
+    const prop::CaseConfig& cfg = vc.c.cfg;
+    for (size_t i = 0; i < vc.steps.size(); ++i) {
+        const Step& s = vc.steps[i];
+        if (s.kind != StepKind::Append) continue;
+        const StepInputs in = step_inputs(vc.c, s);
+        const std::pair<const char*, const std::vector<float>*> parts[] = {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}};
+        for (const auto& [what, want] : parts) {
+            const std::string name = "step" + std::to_string(i) + "." + what;
+            const st::Tensor* t = f.find(name);
+            const uint64_t heads = std::string(what) == "q" ? cfg.n_q_heads : cfg.n_kv_heads;
+            const std::vector<uint64_t> shape{s.n_new, heads, cfg.head_dim};
+            if (!t) throw BadInput(file.string() + ": tensor \"" + name + "\" is missing");
+            if (t->dtype != st::DType::F32 || t->shape != shape)
+                throw BadInput(file.string() + ": tensor \"" + name + "\" is " + st::dtype_name(t->dtype) + " " +
+                               shape_text(t->shape) + ", expected F32 " + shape_text(shape));
+            if (std::memcmp(t->data.data(), want->data(), t->data.size()) != 0)
+                throw BadInput(file.string() + ": tensor \"" + name +
+                               "\" differs from the values the case's data_seed gives (the vectors were modified)");
+        }
+    }
+}
+
+Vectors load_vectors(const fs::path& dir) {
+    const fs::path mpath = dir / "manifest.json";
+    const std::string m = mpath.string();
+    const json j = read_json(mpath);
+    if (!j.is_object()) throw BadInput(m + ": not a JSON object");
+    const int format = field<int>(j, "kvcheck_vectors", m);
+    if (format != kVectorsFormat)
+        throw BadInput(m + ": vectors format " + std::to_string(format) + ", this kvcheck reads format " +
+                       std::to_string(kVectorsFormat));
+    Vectors v;
+    v.seed = field<uint64_t>(j, "seed", m);
+    const json cases = field<json>(j, "cases", m);
+    if (!cases.is_array()) throw BadInput(m + ": field \"cases\" is not an array");
+    std::set<std::string> seen;
+    for (size_t k = 0; k < cases.size(); ++k) {
+        const json& e = cases[k];
+        const std::string where0 = m + ": case #" + std::to_string(k);
+        VCase vc;
+        vc.id = field<std::string>(e, "id", where0);
+        const std::string where = m + ": case " + vc.id;
+        if (!seen.insert(vc.id).second) throw BadInput(where + ": listed twice");
+        vc.property = field<std::string>(e, "property", where);
+        const OfflineProperty op = offline_property(vc.property);
+        if (!op.ok) throw BadInput(where + ": property \"" + vc.property + "\" cannot be graded from files");
+        vc.checks = op.checks;
+        vc.index = field<int>(e, "index", where);
+        vc.seed = field<uint64_t>(e, "seed", where);
+        vc.stem = field<std::string>(e, "file", where);
+        if (vc.stem.empty() || vc.stem.find_first_of("/\\") != std::string::npos || vc.stem[0] == '.')
+            throw BadInput(where + ": field \"file\" must be a plain file stem");
+        vc.requires_ = field<std::vector<std::string>>(e, "requires", where);
+        const std::string inputs = field<std::string>(e, "inputs", where);
+        const json config = field<json>(e, "config", where);
+        const json steps = field<json>(e, "steps", where);
+        try {
+            vc.c = prop::case_from_json(field<json>(e, "case", where));
+        } catch (const std::invalid_argument& x) {
+            throw BadInput(where + ": field \"case\": " + x.what());
+        }
+        if (config != config_json(vc.c.cfg))
+            throw BadInput(where + ": \"config\" does not match the case's script (field \"case\")");
+        vc.steps = expand_steps(vc.c);
+        if (!steps.is_array() || steps.size() != vc.steps.size())
+            throw BadInput(where + ": \"steps\" does not list the " + std::to_string(vc.steps.size()) +
+                           " steps of the case's script");
+        for (size_t i = 0; i < vc.steps.size(); ++i)
+            if (steps[i] != step_json(vc.steps[i], i))
+                throw BadInput(where + ": step " + std::to_string(i) + " does not match the case's script");
+        check_inputs(dir / inputs, vc);
+        v.cases.push_back(std::move(vc));
+    }
+    return v;
+}
+
+// ---- the results ----
+
+struct Results {
+    std::string name, version, precision_word;
+    uint32_t precision = KVC_PRECISION_F32;
+    std::set<std::string> caps;
+};
+
+Results load_results(const fs::path& dir) {
+    const fs::path mpath = dir / "manifest.json";
+    const std::string m = mpath.string();
+    const json j = read_json(mpath);
+    if (!j.is_object()) throw BadInput(m + ": not a JSON object");
+    const int format = field<int>(j, "kvcheck_results", m);
+    if (format != kResultsFormat)
+        throw BadInput(m + ": results format " + std::to_string(format) + ", this kvcheck reads format " +
+                       std::to_string(kResultsFormat));
+    Results r;
+    r.name = field<std::string>(j, "implementation", m);
+    r.version = j.contains("version") ? field<std::string>(j, "version", m) : "";
+    r.precision_word = field<std::string>(j, "precision", m);
+    const int p = precision_from_word(r.precision_word);
+    if (p < 0)
+        throw BadInput(m + ": \"precision\" must be \"f32\" or \"q-and-v-accum-in-cache-dtype\", not \"" +
+                       r.precision_word + "\"");
+    r.precision = static_cast<uint32_t>(p);
+    for (const std::string& c : field<std::vector<std::string>>(j, "capabilities", m)) r.caps.insert(c);
+    return r;
+}
+
+// ---- grading one case ----
+
+// The harness's model of one (sequence, layer): what the oracle computes with and what was dumped before.
+struct Stream {
+    uint32_t len = 0;
+    std::vector<float> k_eff, v_eff;         // [len][Hkv*d]
+    std::vector<uint8_t> k_known, v_known;   // [len][Hkv*d*s] bits as first dumped
+};
+
+class CaseGrader {
+public:
+    CaseGrader(const VCase& vc, const Results& res, const st::File& f, const json& js, std::string file)
+        : vc_(vc), res_(res), f_(f), js_(js), file_(std::move(file)), cfg_(vc.c.cfg), d_(cfg_.head_dim),
+          row_(static_cast<size_t>(cfg_.n_kv_heads) * d_), es_(dtype_size(cfg_.dtype)),
+          streams_(cfg_.max_seqs, std::vector<Stream>(cfg_.n_layers)) {}
+
+    // Throws CaseFail / CaseError.
+    void run() {
+        if (js_.contains("case") && js_["case"] != vc_.id)
+            error(-1, file_ + ".json says it holds case " + js_["case"].dump() + ", not " + vc_.id);
+        if (vc_.checks.memory) {
+            if (!js_.contains("live_bytes") || !js_["live_bytes"].is_array() ||
+                js_["live_bytes"].size() != vc_.steps.size())
+                error(-1, file_ + ".json: \"live_bytes\" must be an array of one integer per step (" +
+                              std::to_string(vc_.steps.size()) + " steps)");
+            for (const json& x : js_["live_bytes"])
+                if (!x.is_number_unsigned())
+                    error(-1, file_ + ".json: \"live_bytes\" holds " + x.dump() + ", not a non-negative integer");
+        }
+        for (size_t i = 0; i < vc_.steps.size(); ++i) {
+            step_ = static_cast<int>(i);
+            const Step& s = vc_.steps[i];
+            switch (s.kind) {
+            case StepKind::Append: append(s); break;
+            case StepKind::Fork:
+                for (uint32_t l = 0; l < cfg_.n_layers; ++l) streams_[s.child][l] = streams_[s.seq][l];
+                break;
+            case StepKind::Release:
+                for (uint32_t l = 0; l < cfg_.n_layers; ++l) streams_[s.seq][l] = Stream{};
+                break;
+            }
+            if (vc_.checks.memory) check_memory(s);
+        }
+        step_ = -1;
+        finals();
+    }
+
+    double headroom = 0;
+    bool fails_f32_class = false;
+
+private:
+    [[noreturn]] void error(int step, const std::string& reason) { throw CaseError{reason, step}; }
+
+    [[noreturn]] void fail(const std::string& reason, prop::Mismatch m) {
+        if (m.op < 0 && step_ >= 0) m.op = static_cast<int>(vc_.steps[static_cast<size_t>(step_)].op);
+        throw CaseFail{reason, std::move(m), step_};
+    }
+
+    const st::Tensor& tensor(const std::string& name, st::DType dt) {
+        const st::Tensor* t = f_.find(name);
+        if (!t) error(step_, file_ + ".safetensors: tensor \"" + name + "\" is missing");
+        if (t->dtype != dt)
+            error(step_, file_ + ".safetensors: tensor \"" + name + "\" is " + st::dtype_name(t->dtype) +
+                             ", expected " + st::dtype_name(dt));
+        return *t;
+    }
+
+    // A dump of every row of one (sequence, layer): [rows][Hkv][d] in the cache dtype, rows as the model says.
+    const st::Tensor& dump(const std::string& name, uint32_t seq, uint32_t layer, uint32_t rows) {
+        const st::Tensor& t = tensor(name, cache_st_dtype(cfg_.dtype));
+        if (t.shape.size() != 3 || t.shape[1] != cfg_.n_kv_heads || t.shape[2] != d_)
+            error(step_, file_ + ".safetensors: tensor \"" + name + "\" has shape " + shape_text(t.shape) +
+                             ", expected [rows, " + std::to_string(cfg_.n_kv_heads) + ", " + std::to_string(d_) + "]");
+        if (t.shape[0] != rows) {
+            prop::Mismatch m;
+            m.what = "seq_length";
+            m.seq = static_cast<int>(seq);
+            m.layer = static_cast<int>(layer);
+            m.expected = rows;
+            m.actual = static_cast<double>(t.shape[0]);
+            fail("the cache dump \"" + name + "\" holds " + std::to_string(t.shape[0]) + " rows; the sequence holds " +
+                     std::to_string(rows) + " in this layer",
+                 m);
+        }
+        return t;
+    }
+
+    prop::Mismatch at_element(const char* what, uint32_t seq, uint32_t layer, size_t element) const {
+        prop::Mismatch m;
+        m.what = what;
+        m.seq = static_cast<int>(seq);
+        m.layer = static_cast<int>(layer);
+        m.pos = static_cast<int>(element / row_);
+        m.head = static_cast<int>(element % row_ / d_);
+        m.dim = static_cast<int>(element % d_);
+        return m;
+    }
+
+    // Rows dumped earlier are bitwise what they were when first dumped.
+    void check_unchanged(const Stream& s, const st::Tensor& k, const st::Tensor& v, uint32_t seq, uint32_t layer) {
+        const std::pair<const std::vector<uint8_t>*, const st::Tensor*> pairs[] = {{&s.k_known, &k}, {&s.v_known, &v}};
+        for (int pass = 0; pass < 2; ++pass) {
+            const auto& want = *pairs[pass].first;
+            const uint8_t* got = pairs[pass].second->data.data();
+            if (want.empty() || std::memcmp(want.data(), got, want.size()) == 0) continue;
+            size_t byte = 0;
+            while (want[byte] == got[byte]) ++byte;
+            const size_t el = byte / es_;
+            prop::Mismatch m = at_element(pass == 0 ? "k" : "v", seq, layer, el);
+            m.expected = ref::load_dtype(want.data() + el * es_, cfg_.dtype);
+            m.actual = ref::load_dtype(got + el * es_, cfg_.dtype);
+            fail("a row dumped earlier changed: the past of the cache was rewritten", m);
+        }
+    }
+
+    void append(const Step& s) {
+        const std::string base = "step" + std::to_string(step_) + ".";
+        Stream& strm = streams_[s.seq][s.layer];
+        const StepInputs in = step_inputs(vc_.c, s);
+        const StoredRows want = expected_new_rows(cfg_, s, in);
+        const uint32_t before = strm.len, after = before + s.n_new;
+
+        const st::Tensor& out = tensor(base + "out", st::DType::F32);
+        const std::vector<uint64_t> out_shape{s.n_new, cfg_.n_q_heads, d_};
+        if (out.shape != out_shape)
+            error(step_, file_ + ".safetensors: tensor \"" + base + "out\" has shape " + shape_text(out.shape) +
+                             ", expected " + shape_text(out_shape));
+        const st::Tensor& kd = dump(base + "k", s.seq, s.layer, after);
+        const st::Tensor& vd = dump(base + "v", s.seq, s.layer, after);
+
+        // the new rows: rounded to the cache dtype, keys rotated (one ulp of slack when rotated)
+        for (uint32_t i = 0; i < s.n_new; ++i)
+            for (size_t x = 0; x < row_; ++x) {
+                const size_t e = i * row_ + x, at = (static_cast<size_t>(before) + i) * row_ + x;
+                const uint8_t* got_k = kd.data.data() + at * es_;
+                const uint8_t* got_v = vd.data.data() + at * es_;
+                const uint8_t* want_k = want.k_bits.data() + e * es_;
+                const uint8_t* want_v = want.v_bits.data() + e * es_;
+                const float gk = ref::load_dtype(got_k, cfg_.dtype), gv = ref::load_dtype(got_v, cfg_.dtype);
+                const bool k_ok = std::memcmp(want_k, got_k, es_) == 0 ||
+                                  (cfg_.rope != KVC_ROPE_NONE && std::isfinite(gk) &&
+                                   ulp_distance(want_k, got_k, cfg_.dtype) <= 1);
+                const bool v_ok = std::memcmp(want_v, got_v, es_) == 0;
+                strm.k_eff.push_back(k_ok ? gk : want.k[e]);
+                strm.v_eff.push_back(want.v[e]);
+                if (vc_.checks.content && (!k_ok || !v_ok)) {
+                    prop::Mismatch m = at_element(!k_ok ? "k" : "v", s.seq, s.layer, at);
+                    m.expected = !k_ok ? want.k[e] : want.v[e];
+                    m.actual = !k_ok ? gk : gv;
+                    fail(std::string("dumped ") + m.what + " differs from the appended value rounded to " +
+                             dtype_name(cfg_.dtype) +
+                             (cfg_.rope != KVC_ROPE_NONE && !k_ok ? " and rotated (more than one ulp)" : " (bitwise)"),
+                         m);
+                }
+            }
+        if (vc_.checks.unchanged) check_unchanged(strm, kd, vd, s.seq, s.layer);
+        const auto old_bytes = static_cast<std::ptrdiff_t>(static_cast<size_t>(before) * row_ * es_);
+        strm.k_known.insert(strm.k_known.end(), kd.data.begin() + old_bytes, kd.data.end());
+        strm.v_known.insert(strm.v_known.end(), vd.data.begin() + old_bytes, vd.data.end());
+        strm.len = after;
+
+        if (!vc_.checks.equiv || s.n_new == 0) return;
+        const std::vector<float> actual = st::to_f32(out);
+        const prop::Expected e = prop::expect_outputs(cfg_, in.q.data(), s.n_new, strm.k_eff, strm.v_eff, strm.len);
+        const prop::Grade g = prop::grade_outputs(cfg_, res_.precision, actual.data(), e);
+        headroom = std::max(headroom, g.headroom);
+        fails_f32_class = fails_f32_class || g.fails_f32_class;
+        if (g.pass) return;
+        prop::Mismatch m;
+        m.what = "output";
+        m.seq = static_cast<int>(s.seq);
+        m.layer = static_cast<int>(s.layer);
+        m.pos = static_cast<int>(before + g.worst.token);
+        m.head = static_cast<int>(g.worst.head);
+        m.dim = static_cast<int>(g.worst.dim);
+        m.expected = g.worst.expected;
+        m.actual = g.worst.actual;
+        fail(g.message, m);
+    }
+
+    void check_memory(const Step& s) {
+        std::vector<std::vector<uint32_t>> lengths(cfg_.max_seqs, std::vector<uint32_t>(cfg_.n_layers));
+        for (uint32_t q = 0; q < cfg_.max_seqs; ++q)
+            for (uint32_t l = 0; l < cfg_.n_layers; ++l) lengths[q][l] = streams_[q][l].len;
+        const uint64_t want = live_bytes(cfg_, lengths);
+        const uint64_t got = js_["live_bytes"][static_cast<size_t>(step_)].get<uint64_t>();
+        if (got == want) return;
+        prop::Mismatch m;
+        m.what = "live_bytes";
+        m.op = static_cast<int>(s.op);
+        m.expected = static_cast<double>(want);
+        m.actual = static_cast<double>(got);
+        fail("reported live bytes differ from 2 * tokens * n_kv_heads * head_dim * sizeof(dtype)", m);
+    }
+
+    // After the last step: every started (sequence, layer) dumped whole, lengths as the model says, and no row
+    // changed since it was first dumped (forks share their parent's rows, releases forget).
+    void finals() {
+        for (uint32_t q = 0; q < cfg_.max_seqs; ++q)
+            for (uint32_t l = 0; l < cfg_.n_layers; ++l) {
+                const Stream& s = streams_[q][l];
+                if (s.len == 0) continue;
+                const std::string base = "final.s" + std::to_string(q) + ".l" + std::to_string(l) + ".";
+                const st::Tensor& k = dump(base + "k", q, l, s.len);
+                const st::Tensor& v = dump(base + "v", q, l, s.len);
+                if (vc_.checks.unchanged) check_unchanged(s, k, v, q, l);
+            }
+    }
+
+    const VCase& vc_;
+    const Results& res_;
+    const st::File& f_;
+    const json& js_;
+    const std::string file_; // results path without extension
+    const prop::CaseConfig& cfg_;
+    const uint32_t d_;
+    const size_t row_, es_;
+    std::vector<std::vector<Stream>> streams_; // [seq][layer]
+    int step_ = -1;
+};
+
+struct Graded {
+    prop::CaseResult r;
+    int step = -1;         // the step of the first failure or error (-1: none, or not tied to a step)
+    bool outputs = false;  // the case's property grades outputs (headroom means something)
+};
+
+Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_dir) {
+    Graded g;
+    g.r.id = vc.id;
+    g.r.property = vc.property;
+    g.r.seed = vc.seed;
+    g.r.counterexample = vc.c;
+    g.outputs = vc.checks.equiv;
+    const fs::path stp = results_dir / (vc.stem + ".safetensors"), jsp = results_dir / (vc.stem + ".json");
+    const bool has_st = fs::exists(stp), has_js = fs::exists(jsp);
+    if (!has_st && !has_js) {
+        std::vector<std::string> missing;
+        for (const std::string& w : vc.requires_)
+            if (!res.caps.count(w)) missing.push_back(w);
+        std::ostringstream m;
+        if (!missing.empty()) {
+            g.r.verdict = prop::Verdict::NotSupported;
+            m << "needs";
+            for (const std::string& w : missing) m << " " << w;
+        } else {
+            g.r.verdict = prop::Verdict::Error;
+            m << "no results (" << stp.filename().string() << " and " << jsp.filename().string()
+              << " are missing) although the implementation declares every capability the case needs";
+        }
+        g.r.reason = m.str();
+        return g;
+    }
+    if (!has_st || !has_js) {
+        g.r.verdict = prop::Verdict::Error;
+        g.r.reason = (has_st ? jsp : stp).string() + " is missing";
+        return g;
+    }
+    st::File f;
+    try {
+        f = st::read_file(stp.string());
+    } catch (const st::FormatError& e) {
+        throw BadInput(e.what());
+    }
+    const json js = read_json(jsp);
+    if (!js.is_object()) throw BadInput(jsp.string() + ": not a JSON object");
+
+    CaseGrader grader(vc, res, f, js, (results_dir / vc.stem).string());
+    try {
+        grader.run();
+        g.r.headroom = grader.headroom;
+        if (grader.fails_f32_class)
+            g.r.notes.push_back("passes its declared precision class but would fail the f32 class");
+        if (grader.headroom > prop::kQualityWarningHeadroom) {
+            g.r.verdict = prop::Verdict::QualityWarning;
+            std::ostringstream m;
+            m << "passes, but the worst error uses " << grader.headroom * 100 << "% of the allowed bound";
+            g.r.reason = m.str();
+        }
+    } catch (const CaseFail& f2) {
+        g.r.verdict = prop::Verdict::Fail;
+        g.r.failed_property = vc.property;
+        g.r.reason = f2.reason;
+        g.r.mismatch = f2.m;
+        g.r.headroom = grader.headroom;
+        g.step = f2.step;
+    } catch (const CaseError& e) {
+        g.r.verdict = prop::Verdict::Error;
+        g.r.reason = e.reason;
+        g.step = e.step;
+    }
+    return g;
+}
+
+// ---- reports ----
+
+// s with every byte that is not part of valid UTF-8 replaced by U+FFFD (paths may hold any bytes; XML and JSON may
+// not).
+std::string valid_utf8(const std::string& s) {
+    std::string o;
+    for (size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        bool ok = n > 0 && i + n <= s.size() && !(n == 2 && c < 0xC2);
+        for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+        if (ok) {
+            o.append(s, i, n);
+            i += n;
+        } else {
+            o += "\xEF\xBF\xBD";
+            ++i;
+        }
+    }
+    return o;
+}
+
+std::string xml_escape(const std::string& text) {
+    const std::string s = valid_utf8(text);
+    std::string o;
+    for (char ch : s) {
+        switch (ch) {
+        case '&': o += "&amp;"; break;
+        case '<': o += "&lt;"; break;
+        case '>': o += "&gt;"; break;
+        case '"': o += "&quot;"; break;
+        case '\n': o += "&#10;"; break;
+        default:
+            if (static_cast<unsigned char>(ch) < 0x20 && ch != '\t') o += ' ';
+            else o += ch;
+        }
+    }
+    return o;
+}
+
+std::string detail(const Graded& g) {
+    std::string d = g.r.reason;
+    if (g.step >= 0) d += " [step " + std::to_string(g.step) + "]";
+    if (g.r.mismatch) d += "; first mismatch: " + g.r.mismatch->describe();
+    return d;
+}
+
+std::string junit(const std::vector<Graded>& all, const Results& res) {
+    int failures = 0, errors = 0, skipped = 0;
+    for (const Graded& g : all) {
+        failures += g.r.verdict == prop::Verdict::Fail;
+        errors += g.r.verdict == prop::Verdict::Error;
+        skipped += g.r.verdict == prop::Verdict::NotSupported;
+    }
+    std::ostringstream x;
+    const std::string counts = " tests=\"" + std::to_string(all.size()) + "\" failures=\"" + std::to_string(failures) +
+                               "\" errors=\"" + std::to_string(errors) + "\" skipped=\"" + std::to_string(skipped) +
+                               "\"";
+    x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+    x << "<testsuites name=\"kvcheck grade\"" << counts << ">\n";
+    x << "  <testsuite name=\"" << xml_escape(res.name) << "\"" << counts << ">\n";
+    for (const Graded& g : all) {
+        x << "    <testcase classname=\"kvcheck." << xml_escape(g.r.property) << "\" name=\"" << xml_escape(g.r.id)
+          << "\"";
+        const std::string msg = xml_escape(detail(g));
+        switch (g.r.verdict) {
+        case prop::Verdict::Fail:
+            x << ">\n      <failure type=\"" << xml_escape(g.r.failed_property) << "\" message=\"" << msg
+              << "\"/>\n    </testcase>\n";
+            break;
+        case prop::Verdict::NotSupported:
+            x << ">\n      <skipped message=\"NOT_SUPPORTED: " << msg << "\"/>\n    </testcase>\n";
+            break;
+        case prop::Verdict::Pass: x << "/>\n"; break;
+        case prop::Verdict::QualityWarning:
+            x << ">\n      <system-out>QUALITY_WARNING: " << msg << "</system-out>\n    </testcase>\n";
+            break;
+        default:
+            x << ">\n      <error type=\"" << prop::verdict_name(g.r.verdict) << "\" message=\"" << msg
+              << "\"/>\n    </testcase>\n";
+        }
+    }
+    x << "  </testsuite>\n</testsuites>\n";
+    return x.str();
+}
+
+} // namespace
+
+int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
+    Vectors vectors;
+    Results res;
+    std::vector<Graded> all;
+    try {
+        if (!fs::is_directory(o.vectors)) throw BadInput(o.vectors + ": not a directory (--vectors)");
+        if (!fs::is_directory(o.results)) throw BadInput(o.results + ": not a directory (--results)");
+        vectors = load_vectors(o.vectors);
+        res = load_results(o.results);
+        for (const VCase& vc : vectors.cases) all.push_back(grade_case(vc, res, o.results));
+    } catch (const BadInput& e) {
+        err << "kvcheck grade: " << e.what() << "\n";
+        return cli::kExitBadInput;
+    }
+
+    std::map<std::string, int> counts;
+    bool bad = false;
+    size_t width = 8;
+    for (const Graded& g : all) width = std::max(width, g.r.id.size());
+    out << "kvcheck grade: " << res.name << (res.version.empty() ? "" : " " + res.version) << ", precision class "
+        << res.precision_word << ", " << all.size() << " cases\n";
+    for (const Graded& g : all) {
+        const char* v = prop::verdict_name(g.r.verdict);
+        ++counts[v];
+        bad = bad || g.r.verdict == prop::Verdict::Fail || g.r.verdict == prop::Verdict::Error;
+        out << "  " << std::left << std::setw(static_cast<int>(width)) << g.r.id << "  " << std::setw(15) << v;
+        if (g.r.verdict == prop::Verdict::Fail) out << g.r.failed_property << ": ";
+        if (g.r.verdict == prop::Verdict::Pass) {
+            std::ostringstream h;
+            if (g.outputs) h << std::setprecision(3) << "headroom " << g.r.headroom;
+            out << h.str();
+        } else {
+            out << detail(g);
+        }
+        out << "\n";
+    }
+    out << "summary:";
+    for (const auto& [v, n] : counts) out << " " << n << " " << v;
+    out << (bad ? "  => NOT CONFORMANT" : "  => every case passes or is not supported") << "\n";
+    const int code = bad ? cli::kExitNotConformant : cli::kExitOk;
+
+    try {
+        if (!o.report.empty()) {
+            json cases = json::array();
+            for (const Graded& g : all) {
+                json j = prop::to_json(g.r);
+                if (g.step >= 0) j["step"] = g.step;
+                cases.push_back(j);
+            }
+            json summary = json::object();
+            for (const auto& [v, n] : counts) summary[v] = n;
+            const json report = {{"kvcheck_grade", 1},
+                                 {"kvcheck_version", KVCHECK_VERSION},
+                                 {"implementation",
+                                  {{"name", res.name},
+                                   {"version", res.version},
+                                   {"precision", res.precision_word},
+                                   {"capabilities", std::vector<std::string>(res.caps.begin(), res.caps.end())}}},
+                                 {"vectors_seed", vectors.seed},
+                                 {"summary", summary},
+                                 {"exit_code", code},
+                                 {"cases", cases}};
+            st::write_bytes_atomically(o.report, report.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
+        }
+        if (!o.junit.empty()) st::write_bytes_atomically(o.junit, junit(all, res));
+    } catch (const std::runtime_error& e) {
+        err << "kvcheck grade: " << e.what() << "\n";
+        return cli::kExitBadInput;
+    }
+    return code;
+}
+
+} // namespace kvc::vec
