@@ -1,0 +1,528 @@
+// kvcheck end to end: the built binary run through the shell, its exit status, its output and the files it writes.
+// The implementations under test are the built-in example and the test doubles of tests/doubles (one shared library
+// per deliberately broken behaviour). docs/cli.md lists these tests under "tested behaviours".
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+std::string double_path(const std::string& name) {
+    return std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_" + name + ".so";
+}
+std::string plugin(const std::string& name) { return "--plugin " + quote(double_path(name)); }
+
+std::string read_file(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+struct Outcome {
+    int rc = -1;
+    std::string out, err;
+    std::string all() const { return out + err; }
+};
+
+// A fresh directory per test; kvcheck runs with it as working directory.
+class Cli : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = fs::path(KVC_CLI_WORK_DIR) / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+    }
+
+    // Cases get a generous per-case timeout, so that only the TIMEOUT test depends on time.
+    Outcome kvcheck(std::string args) {
+        if ((args.rfind("validate", 0) == 0 || args.rfind("replay", 0) == 0) && args.find("--timeout") == std::string::npos)
+            args += " --timeout 600";
+        const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+        const std::string cmd = "cd " + quote(dir_.string()) + " && " + quote(KVC_CLI_BINARY) + " " + args + " >" +
+                                quote(out.string()) + " 2>" + quote(err.string());
+        const int status = std::system(cmd.c_str());
+        Outcome r;
+        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        r.out = read_file(out);
+        r.err = read_file(err);
+        return r;
+    }
+
+    fs::path path(const std::string& name) const { return dir_ / name; }
+
+    nlohmann::json json_file(const std::string& name) const {
+        const std::string text = read_file(path(name));
+        EXPECT_TRUE(nlohmann::json::accept(text)) << name << " is not valid JSON";
+        return nlohmann::json::parse(text, nullptr, false);
+    }
+
+    fs::path dir_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// A small XML well-formedness check (balanced tags, quoted attributes, known entities) that also counts elements.
+
+struct XmlCheck {
+    bool ok = true;
+    std::string problem;
+    std::map<std::string, int> elements;
+};
+
+XmlCheck check_xml(const std::string& x) {
+    XmlCheck r;
+    std::vector<std::string> stack;
+    const auto fail = [&](const std::string& why) {
+        if (r.ok) r.problem = why;
+        r.ok = false;
+    };
+    const auto check_text = [&](const std::string& t) {
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            if (t[i] == '<' || t[i] == '>') fail("raw < or > in text");
+            if (t[i] == '&') {
+                const std::size_t semi = t.find(';', i);
+                const std::string ent = semi == std::string::npos ? "" : t.substr(i, semi - i + 1);
+                if (!std::regex_match(ent, std::regex("&(amp|lt|gt|quot|apos|#[0-9]+|#x[0-9A-Fa-f]+);")))
+                    fail("bad entity near: " + t.substr(i, 12));
+            }
+        }
+    };
+    std::size_t i = 0;
+    if (x.rfind("<?xml", 0) == 0) i = x.find("?>") + 2;
+    bool root_seen = false;
+    while (i < x.size()) {
+        const std::size_t lt = x.find('<', i);
+        const std::string text = x.substr(i, lt == std::string::npos ? std::string::npos : lt - i);
+        if (stack.empty() && text.find_first_not_of(" \n\r\t") != std::string::npos) fail("text outside the root");
+        check_text(text);
+        if (lt == std::string::npos) break;
+        const std::size_t gt = x.find('>', lt);
+        if (gt == std::string::npos) {
+            fail("unterminated tag");
+            break;
+        }
+        std::string tag = x.substr(lt + 1, gt - lt - 1);
+        if (tag.empty()) fail("empty tag");
+        else if (tag[0] == '/') {
+            const std::string name = tag.substr(1);
+            if (stack.empty() || stack.back() != name) fail("mismatched </" + name + ">");
+            else stack.pop_back();
+        } else {
+            const bool self = tag.back() == '/';
+            if (self) tag.pop_back();
+            const std::string name = tag.substr(0, tag.find_first_of(" \n\t"));
+            const std::string attrs = tag.substr(name.size());
+            static const std::regex attr_list(R"((\s+[A-Za-z_:][-A-Za-z0-9_:.]*="[^"<]*")*\s*)");
+            if (!std::regex_match(attrs, attr_list)) fail("bad attributes in <" + name + ">");
+            check_text(std::regex_replace(attrs, std::regex(R"(="([^"]*)\")"), " $1 "));
+            if (stack.empty() && root_seen) fail("second root element");
+            root_seen = true;
+            ++r.elements[name];
+            if (!self) stack.push_back(name);
+        }
+        i = gt + 1;
+    }
+    if (!stack.empty()) fail("unclosed <" + stack.back() + ">");
+    if (!root_seen) fail("no root element");
+    return r;
+}
+
+int elements(const XmlCheck& x, const std::string& name) {
+    const auto it = x.elements.find(name);
+    return it == x.elements.end() ? 0 : it->second;
+}
+
+// Cases of a report, by id, with their verdicts.
+std::map<std::string, std::string> verdicts_by_id(const nlohmann::json& report) {
+    std::map<std::string, std::string> m;
+    for (const auto& impl : report.at("implementations"))
+        for (const auto& c : impl.at("cases")) m[c.at("id").get<std::string>()] = c.at("verdict").get<std::string>();
+    return m;
+}
+
+int count_of(const nlohmann::json& report, const std::string& verdict) {
+    return report.at("counts").at(verdict).get<int>();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Conformant implementations
+
+TEST_F(Cli, CorrectPluginIsConformant) {
+    const Outcome r = kvcheck("validate " + plugin("correct") + " --cases 20 --report report.json --junit junit.xml");
+    EXPECT_EQ(r.rc, 0) << r.all();
+    EXPECT_NE(r.out.find("seed 20261129"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("overall: CONFORMANT"), std::string::npos) << r.out;
+    // table rows: property, PASS, then FAIL 0 ... and result ok
+    for (const char* id : {"EQUIV", "CACHE-CONTENT", "APPEND-ONLY", "NO-Q", "MEMORY", "GQA"})
+        EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string("\n") + id + " +[1-9][0-9]* +0 +[0-9]+ +[0-9]+ +0 +0 +0 +ok\n")))
+            << id << "\n" << r.out;
+    const nlohmann::json rep = json_file("report.json");
+    EXPECT_TRUE(rep.at("conformant").get<bool>());
+    EXPECT_EQ(rep.at("exit_code"), 0);
+    EXPECT_EQ(rep.at("run").at("seed"), 20261129u);
+    EXPECT_EQ(count_of(rep, "FAIL") + count_of(rep, "ERROR") + count_of(rep, "CRASH") + count_of(rep, "TIMEOUT"), 0);
+    EXPECT_GT(count_of(rep, "PASS"), 0);
+    EXPECT_FALSE(fs::exists(path("kvcheck-counterexamples"))) << "nothing failed, so no replay files";
+    const XmlCheck x = check_xml(read_file(path("junit.xml")));
+    EXPECT_TRUE(x.ok) << x.problem;
+    EXPECT_EQ(x.elements.count("failure"), 0u);
+    EXPECT_EQ(x.elements.count("error"), 0u);
+}
+
+TEST_F(Cli, BuiltinExampleIsConformant) {
+    const Outcome r = kvcheck("validate --builtin example --cases 20 --report report.json");
+    EXPECT_EQ(r.rc, 0) << r.all();
+    EXPECT_NE(r.out.find("overall: CONFORMANT"), std::string::npos) << r.out;
+    const nlohmann::json rep = json_file("report.json");
+    EXPECT_EQ(rep.at("implementations").at(0).at("origin"), "builtin:example");
+    EXPECT_TRUE(rep.at("implementations").at(0).at("capabilities").contains("features"));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Each broken double is caught by the property it was built to break, and that property is named.
+
+class CliDoubles : public Cli {
+protected:
+    void caught(const std::string& name, const std::string& property, int cases) {
+        const Outcome r = kvcheck("validate " + plugin(name) + " --filter '^" + property + "/' --cases " +
+                              std::to_string(cases) + " --report report.json");
+        const nlohmann::json rep = json_file("report.json");
+        EXPECT_EQ(r.rc, 1) << r.all();
+        EXPECT_NE(r.out.find("FAIL " + property + "/"), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("first mismatch:"), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("replay: kvcheck replay"), std::string::npos) << r.out;
+        EXPECT_TRUE(std::regex_search(r.out, std::regex("\n" + property + " .*NOT CONFORMANT\n"))) << r.out;
+        EXPECT_NE(r.out.find("overall: NOT CONFORMANT"), std::string::npos) << r.out;
+        int failed = 0;
+        for (const auto& c : rep.at("implementations").at(0).at("cases")) {
+            EXPECT_EQ(c.at("property"), property);
+            if (c.at("verdict") != "FAIL") continue;
+            ++failed;
+            EXPECT_EQ(c.at("failed_property"), property);
+            EXPECT_TRUE(c.contains("counterexample"));
+            EXPECT_TRUE(c.contains("mismatch"));
+            EXPECT_TRUE(fs::exists(path(c.at("replay_file").get<std::string>())));
+        }
+        EXPECT_GT(failed, 0);
+    }
+};
+
+TEST_F(CliDoubles, QKeeperFailsNoQ) { caught("q_keeper", "NO-Q", 20); }
+TEST_F(CliDoubles, RewriterFailsAppendOnly) { caught("rewriter", "APPEND-ONLY", 20); }
+TEST_F(CliDoubles, SkipSelfFailsEquiv) { caught("skip_self", "EQUIV", 20); }
+TEST_F(CliDoubles, TileFailsGqa) { caught("tile", "GQA", 20); }
+TEST_F(CliDoubles, MisreportFailsMemory) { caught("misreport", "MEMORY", 20); }
+
+TEST_F(Cli, CrashingPluginGivesCrashVerdictsAndTheRunGoesOn) {
+    const Outcome r = kvcheck("validate " + plugin("crash") + " --cases 10 --report report.json --junit junit.xml");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    EXPECT_NE(r.out.find("CRASH "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("SIGSEGV"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("verdict table"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("overall: NOT CONFORMANT"), std::string::npos) << r.out;
+    const nlohmann::json rep = json_file("report.json");
+    EXPECT_GT(count_of(rep, "CRASH"), 0);
+    EXPECT_GT(count_of(rep, "PASS"), 0) << "cases after a crash still run, in fresh processes";
+    EXPECT_EQ(count_of(rep, "FAIL"), 0);
+    for (const auto& c : rep.at("implementations").at(0).at("cases"))
+        if (c.at("verdict") == "CRASH") {
+            EXPECT_NE(c.at("reason").get<std::string>().find("SIGSEGV"), std::string::npos);
+            EXPECT_TRUE(c.contains("counterexample"));
+        }
+    const XmlCheck x = check_xml(read_file(path("junit.xml")));
+    EXPECT_TRUE(x.ok) << x.problem;
+    EXPECT_GT(elements(x, "error"), 0);
+    EXPECT_NE(read_file(path("junit.xml")).find("type=\"CRASH\""), std::string::npos);
+}
+
+TEST_F(Cli, CrashReplaysAsCrash) {
+    const Outcome r = kvcheck("validate " + plugin("crash") + " --filter '^EQUIV/' --cases 10 --report report.json");
+    ASSERT_EQ(r.rc, 1) << r.all();
+    std::string file;
+    const nlohmann::json rep = json_file("report.json");
+    for (const auto& c : rep.at("implementations").at(0).at("cases"))
+        if (c.at("verdict") == "CRASH" && file.empty()) file = c.at("replay_file").get<std::string>();
+    ASSERT_FALSE(file.empty());
+    const Outcome again = kvcheck("replay " + quote(file) + " " + plugin("crash"));
+    EXPECT_EQ(again.rc, 1) << again.all();
+    EXPECT_NE(again.out.find("verdict: CRASH"), std::string::npos) << again.out;
+    const Outcome fixed = kvcheck("replay " + quote(file) + " " + plugin("correct"));
+    EXPECT_EQ(fixed.rc, 0) << fixed.all();
+}
+
+// The only test that depends on time: the per-case timeout itself (2 s; the hang double sleeps forever).
+TEST_F(Cli, HangingPluginGivesTimeout) {
+    const Outcome r = kvcheck("validate " + plugin("hang") + " --filter '^EQUIV/' --cases 3 --timeout 2 "
+                          "--report report.json");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    EXPECT_NE(r.out.find("TIMEOUT EQUIV/"), std::string::npos) << r.out;
+    const nlohmann::json rep = json_file("report.json");
+    EXPECT_GT(count_of(rep, "TIMEOUT"), 0);
+    EXPECT_EQ(count_of(rep, "CRASH"), 0);
+    EXPECT_EQ(rep.at("implementations").at(0).at("cases").size(), 3u);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Plugins that cannot be loaded: a clear message, exit 2, and no report file (not even a partial one).
+
+class CliUnloadable : public Cli {
+protected:
+    void refused(const std::string& plugin_path, const std::string& message) {
+        const Outcome r = kvcheck("validate --plugin " + quote(plugin_path) + " --report report.json --junit junit.xml");
+        EXPECT_EQ(r.rc, 2) << r.all();
+        EXPECT_NE(r.err.find(message), std::string::npos) << r.all();
+        EXPECT_FALSE(fs::exists(path("report.json")));
+        EXPECT_FALSE(fs::exists(path("report.json.tmp")));
+        EXPECT_FALSE(fs::exists(path("junit.xml")));
+    }
+};
+
+TEST_F(CliUnloadable, TextFileIsNotASharedLibrary) {
+    std::ofstream(path("notes.so")) << "this is a text file, not a shared library\n";
+    refused(path("notes.so").string(), "not a loadable shared library");
+}
+TEST_F(CliUnloadable, LibraryWithoutEntrySymbol) { refused(double_path("no_entry"), "no exported symbol kvcheck_plugin_entry"); }
+TEST_F(CliUnloadable, NewerAbiMajorVersion) { refused(double_path("newer_abi"), "ABI major version 2"); }
+TEST_F(CliUnloadable, MissingFile) { refused(path("does-not-exist.so").string(), "cannot open"); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reports
+
+TEST_F(Cli, JsonAndJunitReportsAreValidAndAgree) {
+    const Outcome r = kvcheck("validate " + plugin("skip_self") +
+                          " --profile full --cases 6 --report report.json --junit junit.xml");
+    ASSERT_EQ(r.rc, 1) << r.all();
+    EXPECT_NE(r.out.find("wrote report.json"), std::string::npos);
+    const nlohmann::json rep = json_file("report.json");
+    EXPECT_EQ(rep.at("kvcheck_report"), 1);
+    for (const char* k : {"tool", "suite_version", "abi", "run", "implementations", "counts", "conformant"})
+        EXPECT_TRUE(rep.contains(k)) << k;
+    const auto& impl = rep.at("implementations").at(0);
+    for (const char* k : {"name", "origin", "abi", "capabilities", "cases", "properties"})
+        EXPECT_TRUE(impl.contains(k)) << k;
+    EXPECT_EQ(impl.at("capabilities").at("precision"), "f32");
+    EXPECT_EQ(impl.at("capabilities").at("memory_space"), "host");
+    for (const auto& c : impl.at("cases"))
+        for (const char* k : {"id", "property", "verdict", "reason", "headroom", "notes"}) EXPECT_TRUE(c.contains(k)) << k;
+
+    const std::string xml = read_file(path("junit.xml"));
+    const XmlCheck x = check_xml(xml);
+    ASSERT_TRUE(x.ok) << x.problem << "\n" << xml;
+    EXPECT_EQ(x.elements.at("testsuites"), 1);
+    EXPECT_EQ(x.elements.at("testcase"), static_cast<int>(impl.at("cases").size()));
+    EXPECT_EQ(elements(x, "failure"), count_of(rep, "FAIL"));
+    EXPECT_EQ(elements(x, "skipped"), count_of(rep, "NOT_SUPPORTED"));
+    EXPECT_GT(elements(x, "failure"), 0);
+    EXPECT_GT(elements(x, "skipped"), 0) << "the double does not declare batch: BATCH cases are skipped";
+    EXPECT_EQ(x.elements.at("testsuite"), static_cast<int>(impl.at("properties").size()));
+    EXPECT_NE(xml.find("<testsuite name=\"EQUIV\""), std::string::npos);
+}
+
+TEST_F(Cli, SameSeedGivesTheSameReport) {
+    ASSERT_EQ(kvcheck("validate " + plugin("correct") + " --cases 5 --report a.json").rc, 0);
+    ASSERT_EQ(kvcheck("validate " + plugin("correct") + " --cases 5 --report b.json").rc, 0);
+    ASSERT_EQ(kvcheck("validate " + plugin("correct") + " --cases 5 --seed 7 --report c.json").rc, 0);
+    EXPECT_EQ(read_file(path("a.json")), read_file(path("b.json")));
+    EXPECT_NE(read_file(path("a.json")), read_file(path("c.json")));
+    EXPECT_EQ(json_file("c.json").at("run").at("seed"), 7);
+}
+
+TEST_F(Cli, ShardsCoverTheCaseListExactlyOnce) {
+    const std::string base = "validate " + plugin("correct") + " --profile core --cases 7";
+    ASSERT_EQ(kvcheck(base + " --report all.json").rc, 0);
+    ASSERT_EQ(kvcheck(base + " --shard 0/2 --report s0.json").rc, 0);
+    ASSERT_EQ(kvcheck(base + " --shard 1/2 --report s1.json").rc, 0);
+    const auto all = verdicts_by_id(json_file("all.json"));
+    const auto s0 = verdicts_by_id(json_file("s0.json"));
+    const auto s1 = verdicts_by_id(json_file("s1.json"));
+    EXPECT_FALSE(s0.empty());
+    EXPECT_FALSE(s1.empty());
+    std::map<std::string, std::string> both = s0;
+    for (const auto& [id, v] : s1) EXPECT_TRUE(both.emplace(id, v).second) << id << " is in both shards";
+    EXPECT_EQ(both, all) << "the shards together are the unsharded run, case for case";
+    EXPECT_EQ(json_file("s1.json").at("run").at("shard").at("index"), 1);
+    for (const char* bad : {"2/2", "1/0", "x", "1/2/3", "-1/2"}) {
+        const Outcome r = kvcheck(base + " --shard '" + std::string(bad) + "'");
+        EXPECT_EQ(r.rc, 2) << bad << "\n" << r.all();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Replay
+
+TEST_F(Cli, ReplayOfACounterexampleReproducesTheFailure) {
+    const Outcome r = kvcheck("validate " + plugin("skip_self") + " --filter '^EQUIV/' --cases 10 --report report.json");
+    ASSERT_EQ(r.rc, 1) << r.all();
+    std::string file, reason;
+    const nlohmann::json rep = json_file("report.json");
+    for (const auto& c : rep.at("implementations").at(0).at("cases"))
+        if (c.at("verdict") == "FAIL" && file.empty()) {
+            file = c.at("replay_file").get<std::string>();
+            reason = c.at("reason").get<std::string>();
+        }
+    ASSERT_FALSE(file.empty());
+    EXPECT_EQ(fs::path(file).parent_path().filename(), "kvcheck-counterexamples");
+    const nlohmann::json doc = json_file(file);
+    EXPECT_EQ(doc.at("kvcheck_replay"), 1);
+    EXPECT_EQ(doc.at("property"), "EQUIV");
+
+    const Outcome again = kvcheck("replay " + quote(file) + " " + plugin("skip_self"));
+    EXPECT_EQ(again.rc, 1) << again.all();
+    EXPECT_NE(again.out.find("verdict: FAIL"), std::string::npos) << again.out;
+    EXPECT_NE(again.out.find("reason: " + reason), std::string::npos) << again.out;
+    EXPECT_NE(again.out.find("first mismatch:"), std::string::npos) << again.out;
+    EXPECT_NE(again.out.find("config:"), std::string::npos) << "the case in readable terms\n" << again.out;
+
+    const Outcome fixed = kvcheck("replay " + quote(file) + " " + plugin("correct"));
+    EXPECT_EQ(fixed.rc, 0) << fixed.all();
+    EXPECT_NE(fixed.out.find("verdict: PASS"), std::string::npos) << fixed.out;
+}
+
+TEST_F(Cli, MalformedReplayFileIsBadInput) {
+    std::ofstream(path("garbage.json")) << "{ this is not json";
+    std::ofstream(path("other.json")) << R"({"hello": 1})";
+    std::ofstream(path("unknown.json")) << R"({"kvcheck_replay": 1, "property": "NOPE", "case": {}})";
+    std::ofstream(path("badcase.json"))
+        << R"({"kvcheck_replay": 1, "property": "EQUIV", "case": {"config": {"n_layers": 1}, "ops": []}})";
+    for (const char* f : {"garbage.json", "other.json", "unknown.json", "badcase.json", "missing.json"}) {
+        const Outcome r = kvcheck(std::string("replay ") + f + " " + plugin("correct"));
+        EXPECT_EQ(r.rc, 2) << f << "\n" << r.all();
+        EXPECT_NE(r.err.find(f), std::string::npos) << "the message names the file\n" << r.all();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Usage errors
+
+TEST_F(Cli, UsageErrorsExitTwo) {
+    const std::string p = plugin("correct");
+    for (const std::string& args :
+         {std::string("validate"), "validate " + p + " --builtin example", std::string("validate --builtin no-such-engine"),
+          "validate " + p + " --filter NO-SUCH-PROPERTY", "validate " + p + " --filter '('",
+          "validate " + p + " --cases 0", "validate " + p + " --profile nightly", "validate " + p + " --timeout 0",
+          "validate " + p + " --report no-such-dir/report.json", std::string("replay"), std::string("list --bogus")}) {
+        const Outcome r = kvcheck(args);
+        EXPECT_EQ(r.rc, 2) << args << "\n" << r.all();
+    }
+    EXPECT_FALSE(fs::exists(path("kvcheck-counterexamples")));
+}
+
+TEST_F(Cli, HelpEverywhere) {
+    for (const char* args : {"--help", "validate --help", "replay --help", "list --help", "memory --help"}) {
+        const Outcome r = kvcheck(args);
+        EXPECT_EQ(r.rc, 0) << args << "\n" << r.all();
+        EXPECT_NE(r.out.find("--"), std::string::npos) << args;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// list
+
+TEST_F(Cli, ListShowsPropertiesBuiltinsAndVocabulary) {
+    const Outcome r = kvcheck("list");
+    EXPECT_EQ(r.rc, 0) << r.all();
+    for (const char* word : {"EQUIV", "NO-Q", "APPEND-ONLY", "MEMORY", "GQA", "core", "full", "example", "bf16",
+                             "gptj", "chunked", "q_and_v_accum_in_cache_dtype", "device"})
+        EXPECT_NE(r.out.find(word), std::string::npos) << word;
+    const Outcome j = kvcheck("list --json");
+    ASSERT_EQ(j.rc, 0);
+    ASSERT_TRUE(nlohmann::json::accept(j.out)) << j.out;
+    const auto doc = nlohmann::json::parse(j.out);
+    EXPECT_GE(doc.at("properties").size(), 5u);
+    EXPECT_GE(doc.at("builtins").size(), 1u);
+    EXPECT_EQ(doc.at("vocabulary").at("dtypes").size(), 3u);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// memory: every number the documents print
+
+TEST_F(Cli, MemoryDocument003IsFourGiB) {
+    for (const std::string& args : {std::string("memory --model doc-003-example"),
+                                    std::string("memory --batch 1 --layers 32 --tokens 8192 --kv-heads 32 "
+                                                "--head-dim 128 --dtype f16")}) {
+        const Outcome r = kvcheck(args);
+        EXPECT_EQ(r.rc, 0) << r.all();
+        EXPECT_NE(r.out.find("bytes:              4294967296\n"), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("= 4096 MiB = 4 GiB"), std::string::npos) << r.out;
+    }
+    const Outcome j = kvcheck("memory --model doc-003-example --json");
+    ASSERT_EQ(j.rc, 0);
+    const auto doc = nlohmann::json::parse(j.out);
+    EXPECT_EQ(doc.at("bytes").get<uint64_t>(), 4294967296ull);
+    EXPECT_EQ(doc.at("gib").get<double>(), 4.0);
+}
+
+TEST_F(Cli, MemoryLlama2PerTokenAndBatch32BeatsWeights) {
+    const Outcome one = kvcheck("memory --model llama-2-13b");
+    EXPECT_EQ(one.rc, 0) << one.all();
+    EXPECT_NE(one.out.find("bytes per token:    819200 = 800 KiB = 0.819 MB"), std::string::npos) << one.out;
+    const Outcome big = kvcheck("memory --model llama-2-13b --batch 32 --tokens 4096");
+    EXPECT_EQ(big.rc, 0) << big.all();
+    EXPECT_NE(big.out.find("bytes:              107374182400\n"), std::string::npos) << big.out;
+    EXPECT_NE(big.out.find("= 102400 MiB = 100 GiB"), std::string::npos) << big.out;
+    EXPECT_NE(big.out.find("26 GB"), std::string::npos) << big.out;
+    const auto doc = nlohmann::json::parse(kvcheck("memory --model llama-2-13b --batch 32 --json").out);
+    EXPECT_EQ(doc.at("bytes").get<uint64_t>(), 107374182400ull);
+    EXPECT_GT(doc.at("cache_to_weights").get<double>(), 1.0) << "larger than the weights themselves";
+}
+
+TEST_F(Cli, MemoryLlama3At8kIsRoughly2Point5) {
+    const Outcome r = kvcheck("memory --model llama-3-70b --tokens 8192");
+    EXPECT_EQ(r.rc, 0) << r.all();
+    EXPECT_NE(r.out.find("bytes:              2684354560\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("= 2560 MiB = 2.5 GiB"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("= 2684.355 MB = 2.684 GB"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("140 GB"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, MemoryToyModelSixteenNumbersPerToken) {
+    const Outcome r = kvcheck("memory --model toy-000 --tokens 1");
+    EXPECT_EQ(r.rc, 0) << r.all();
+    EXPECT_NE(r.out.find("elements per token: 16 "), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, MemoryWholeBlocks) {
+    const auto doc =
+        nlohmann::json::parse(kvcheck("memory --layers 1 --kv-heads 1 --head-dim 4 --tokens 17 --dtype f32 "
+                                      "--block-size 16 --json")
+                                  .out);
+    EXPECT_EQ(doc.at("bytes").get<uint64_t>(), 2u * 17 * 4 * 4);
+    EXPECT_EQ(doc.at("blocks_per_sequence_layer").get<uint64_t>(), 2u);
+    EXPECT_EQ(doc.at("allocated_bytes").get<uint64_t>(), 2u * 32 * 4 * 4);
+}
+
+TEST_F(Cli, MemoryBadInputExitsTwo) {
+    for (const char* args :
+         {"memory --layers 32 --kv-heads 32 --head-dim 128 --tokens 0",
+          "memory --layers 32 --kv-heads 32 --head-dim 128 --tokens=-8",
+          "memory --layers 32 --kv-heads 32 --head-dim 128 --tokens 8 --batch 0",
+          "memory --layers 32 --kv-heads 32 --head-dim 128", "memory --model gpt-5",
+          "memory --model llama-2-13b --dtype f8", "memory --model llama-2-13b --block-size 0",
+          "memory --layers 4000000000 --kv-heads 4000000000 --head-dim 4000000000 --tokens 4000000000",
+          "memory --layers x --kv-heads 1 --head-dim 1 --tokens 1"}) {
+        const Outcome r = kvcheck(args);
+        EXPECT_EQ(r.rc, 2) << args << "\n" << r.all();
+        EXPECT_FALSE(r.err.empty()) << args;
+    }
+}
+
+} // namespace

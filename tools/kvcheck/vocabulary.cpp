@@ -1,0 +1,118 @@
+#include "vocabulary.hpp"
+
+#include <sstream>
+
+namespace kvc::cli {
+
+const std::vector<Word>& dtype_words() {
+    static const std::vector<Word> w = {
+        {KVC_DTYPE_F32, "f32", "IEEE binary32, 4 bytes per element"},
+        {KVC_DTYPE_F16, "f16", "IEEE binary16, 2 bytes per element"},
+        {KVC_DTYPE_BF16, "bf16", "bfloat16 (8-bit exponent, 7-bit mantissa), 2 bytes per element"},
+    };
+    return w;
+}
+
+const std::vector<Word>& rope_words() {
+    static const std::vector<Word> w = {
+        {KVC_ROPE_NONE, "none", "no rotary embedding: K is cached as given (always supported)"},
+        {KVC_ROPE_NEOX, "neox", "the implementation rotates pairs (i, i + d/2) by the token's position"},
+        {KVC_ROPE_GPTJ, "gptj", "the implementation rotates interleaved pairs (2i, 2i + 1) by the token's position"},
+    };
+    return w;
+}
+
+const std::vector<Word>& feature_words() {
+    static const std::vector<Word> w = {
+        {KVC_FEATURE_GQA, "gqa", "fewer KV heads than query heads (GQA and MQA)"},
+        {KVC_FEATURE_PAGED, "paged", "storage in fixed-size blocks of kvc_memory.block_size tokens"},
+        {KVC_FEATURE_FORK, "fork", "fork(): a child sequence shares its parent's rows"},
+        {KVC_FEATURE_RELEASE, "release", "release(): a sequence is emptied and its storage reused"},
+        {KVC_FEATURE_BATCH, "batch", "append_attend_batch(): several sequences of one layer in one call"},
+        {KVC_FEATURE_CHUNKED, "chunked", "several new tokens onto a sequence that already holds tokens"},
+    };
+    return w;
+}
+
+const std::vector<Word>& precision_words() {
+    static const std::vector<Word> w = {
+        {KVC_PRECISION_F32, "f32", "q as given, K/V widened from the cache dtype, scores/softmax/accumulation in f32"},
+        {KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE, "q_and_v_accum_in_cache_dtype",
+         "q rounded to the cache dtype and V accumulated in it (16-bit caches); graded against that class"},
+    };
+    return w;
+}
+
+const std::vector<Word>& memory_space_words() {
+    static const std::vector<Word> w = {
+        {KVC_MEMORY_HOST, "host", "the cache lives in host memory (NO-Q watches the heap)"},
+        {KVC_MEMORY_DEVICE, "device", "the cache lives in device memory (NO-Q watches device allocations)"},
+    };
+    return w;
+}
+
+std::string word_for(const std::vector<Word>& words, uint32_t value) {
+    for (const Word& w : words)
+        if (w.value == value) return w.name;
+    return "unknown(" + std::to_string(value) + ")";
+}
+
+namespace {
+
+std::vector<std::string> bits_to_words(const std::vector<Word>& words, uint32_t mask, bool value_is_bit) {
+    std::vector<std::string> out;
+    for (const Word& w : words) {
+        const uint32_t bit = value_is_bit ? w.value : (1u << w.value);
+        if (mask & bit) out.push_back(w.name);
+    }
+    return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+    if (v.empty()) return "(none)";
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+    return s;
+}
+
+} // namespace
+
+nlohmann::json caps_to_json(const kvc_caps& caps) {
+    std::vector<std::string> ropes = {"none"}; // implied
+    for (const std::string& r : bits_to_words(rope_words(), caps.rope_variants, false))
+        if (r != "none") ropes.push_back(r);
+    auto limit = [](uint32_t n) { return n == 0 ? nlohmann::json(nullptr) : nlohmann::json(n); };
+    return {{"dtypes", bits_to_words(dtype_words(), caps.dtypes, false)},
+            {"rope_variants", ropes},
+            {"features", bits_to_words(feature_words(), caps.features, true)},
+            {"precision", word_for(precision_words(), caps.precision)},
+            {"memory_space", word_for(memory_space_words(), caps.memory_space)},
+            {"limits",
+             {{"max_layers", limit(caps.max_layers)},
+              {"max_q_heads", limit(caps.max_q_heads)},
+              {"max_kv_heads", limit(caps.max_kv_heads)},
+              {"max_head_dim", limit(caps.max_head_dim)},
+              {"max_seqs", limit(caps.max_seqs)},
+              {"max_tokens", limit(caps.max_tokens)}}}};
+}
+
+std::string caps_to_text(const kvc_caps& caps, const std::string& indent) {
+    const nlohmann::json j = caps_to_json(caps);
+    std::ostringstream s;
+    s << indent << "dtypes: " << join(j["dtypes"].get<std::vector<std::string>>())
+      << "; rope: " << join(j["rope_variants"].get<std::vector<std::string>>())
+      << "; features: " << join(j["features"].get<std::vector<std::string>>()) << "\n";
+    s << indent << "precision class: " << j["precision"].get<std::string>()
+      << "; memory space: " << j["memory_space"].get<std::string>() << "; limits:";
+    bool any = false;
+    for (const auto& [k, v] : j["limits"].items())
+        if (!v.is_null()) {
+            s << " " << k << "=" << v.get<uint32_t>();
+            any = true;
+        }
+    if (!any) s << " none";
+    s << "\n";
+    return s.str();
+}
+
+} // namespace kvc::cli

@@ -1,0 +1,35 @@
+// The capability vocabulary of the ABI in words: what `kvcheck list` prints and how reports decode a kvc_caps.
+// The words are the ones the properties library uses when it says what a case needs ("dtype f16", "gqa", ...).
+#pragma once
+
+#include "kvcheck/abi.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvc::cli {
+
+struct Word {
+    uint32_t value;      // the enum value (dtypes, rope, precision, memory) or the KVC_FEATURE_* bit (features)
+    std::string name;    // the word
+    std::string meaning; // one line
+};
+
+const std::vector<Word>& dtype_words();        // f32, f16, bf16
+const std::vector<Word>& rope_words();         // none, neox, gptj
+const std::vector<Word>& feature_words();      // gqa, paged, fork, release, batch, chunked
+const std::vector<Word>& precision_words();    // f32, q_and_v_accum_in_cache_dtype
+const std::vector<Word>& memory_space_words(); // host, device
+
+// The name of `value` in `words`, or "unknown(N)".
+std::string word_for(const std::vector<Word>& words, uint32_t value);
+
+// Declared capabilities decoded to words: dtypes, rope_variants, features, precision, memory_space, limits.
+nlohmann::json caps_to_json(const kvc_caps& caps);
+// The same on a few readable lines, each starting with `indent`.
+std::string caps_to_text(const kvc_caps& caps, const std::string& indent);
+
+} // namespace kvc::cli
