@@ -2,11 +2,19 @@
 
 #include <malloc.h>
 
+#include <cstdlib>
+#include <cstring>
+
 namespace kvc::prop {
 
 int64_t heap_in_use() {
     const struct mallinfo2 m = mallinfo2();
     return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
+
+bool heap_accounting_exact() {
+    const char* t = std::getenv("GLIBC_TUNABLES");
+    return t != nullptr && std::strstr(t, kExactHeapTunable) != nullptr;
 }
 
 } // namespace kvc::prop

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace kvc::prop {
 
@@ -41,6 +42,24 @@ void naive_row(const float* q, const float* k, const float* v, uint32_t last, ui
 }
 
 } // namespace
+
+int64_t ulp_distance(const uint8_t* a, const uint8_t* b, uint32_t dtype) {
+    // map sign-magnitude bit patterns onto a line where neighbouring values differ by one
+    auto ordered = [dtype](const uint8_t* p) -> int64_t {
+        if (dtype == KVC_DTYPE_F32) {
+            uint32_t x;
+            std::memcpy(&x, p, 4);
+            const int64_t mag = x & 0x7FFFFFFFu;
+            return (x & 0x80000000u) ? -mag : mag;
+        }
+        uint16_t x;
+        std::memcpy(&x, p, 2);
+        const int64_t mag = x & 0x7FFF;
+        return (x & 0x8000) ? -mag : mag;
+    };
+    const int64_t d = ordered(a) - ordered(b);
+    return d < 0 ? -d : d;
+}
 
 void expected_stored_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out) {
     const uint32_t d = cfg.head_dim;

@@ -61,21 +61,6 @@ struct Stream {
     uint32_t len = 0;
 };
 
-// Ulp distance of two stored 16/32-bit patterns of the same dtype (both finite).
-int64_t ulp_distance(const uint8_t* a, const uint8_t* b, uint32_t dtype) {
-    auto ordered = [&](const uint8_t* p) -> int64_t {
-        if (dtype == KVC_DTYPE_F32) {
-            int32_t x;
-            std::memcpy(&x, p, 4);
-            return x < 0 ? -(int64_t(x) & 0x7FFFFFFF) : int64_t(x);
-        }
-        uint16_t x;
-        std::memcpy(&x, p, 2);
-        return (x & 0x8000) ? -int64_t(x & 0x7FFF) : int64_t(x);
-    };
-    return std::llabs(ordered(a) - ordered(b));
-}
-
 } // namespace
 
 class Session::Impl {
@@ -84,6 +69,10 @@ public:
         : t_(t), seed_(data_seed), ch_(ch), qv_(qv), cfg_(cfg), d_(cfg_.head_dim),
           row_(static_cast<size_t>(cfg_.n_kv_heads) * cfg_.head_dim), es_(dtype_size(cfg_.dtype)),
           streams_(cfg_.max_seqs, std::vector<Stream>(cfg_.n_layers)) {
+        if (ch_.heap && !heap_accounting_exact())
+            throw std::runtime_error(std::string("the allocator watch needs glibc's per-thread cache off: run with "
+                                                 "GLIBC_TUNABLES=") + kExactHeapTunable +
+                                     " (kvcheck sets it itself; see properties/include/kvcheck/properties/heap.hpp)");
         const kvc_config abi = cfg_.to_abi();
         measured([&] { cache_ = std::make_unique<Cache>(t_.api, abi); });
     }

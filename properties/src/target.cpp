@@ -45,7 +45,9 @@ Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
 
 Target load_plugin(const std::string& path) {
     if (!std::ifstream(path).good()) throw LoadError(path + ": cannot open the file");
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // A bare file name would make dlopen search the library path instead of opening the file the user named.
+    const std::string file = path.find('/') == std::string::npos ? "./" + path : path;
+    void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         const char* err = dlerror();
         throw LoadError(path + ": not a loadable shared library (" + (err ? err : "dlopen failed") + ")");

@@ -5,10 +5,18 @@
 #include "kvcheck/builtins.hpp"
 #include "kvcheck/properties/target.hpp"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 namespace kvc::testing {
+
+// CI's fixed seed and 200 cases per property, unless RC_PARAMS is set (RapidCheck reads it at its first check, and
+// prints the seed of every failure so it can be given back).
+inline const bool kDefaultRapidCheckParams = [] {
+    setenv("RC_PARAMS", "seed=20261129 max_success=200", 0);
+    return true;
+}();
 
 inline std::string double_path(const std::string& name) {
     return std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_" + name + ".so";

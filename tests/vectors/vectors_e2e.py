@@ -109,8 +109,8 @@ def roundtrip(t):
     with open(report) as f:
         r = json.load(f)
     expect(r["exit_code"] == 0, "the report's exit code")
-    expect(len(r["cases"]) == len(t.manifest["cases"]) == 40, "one verdict per exported case")
-    expect(all(c["verdict"] == "PASS" for c in r["cases"]), "every verdict PASS")
+    expect(len(r["implementations"][0]["cases"]) == len(t.manifest["cases"]) == 40, "one verdict per exported case")
+    expect(all(c["verdict"] == "PASS" for c in r["implementations"][0]["cases"]), "every verdict PASS")
     import xml.etree.ElementTree as ET
 
     suite = ET.parse(junit).getroot()
@@ -126,7 +126,7 @@ def skip_self(t):
     expect_in(out, "FAIL", "EQUIV: ", "first mismatch: output at op")
     with open(report) as f:
         r = json.load(f)
-    expect(all(c["verdict"] == "FAIL" and c["failed_property"] == "EQUIV" for c in r["cases"]), "every case FAILs")
+    expect(all(c["verdict"] == "FAIL" and c["failed_property"] == "EQUIV" for c in r["implementations"][0]["cases"]), "every case FAILs")
 
 
 def flip_dump_element(t, case, step, row):

@@ -1,10 +1,32 @@
 // kvcheck: conformance of KV-cache implementations against the reference. See docs/cli.md.
 #include "commands.hpp"
 
+#include "kvcheck/properties/heap.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <string>
+
+namespace {
+
+// NO-Q watches the allocator, which is exact only with glibc's per-thread cache off (heap.hpp). The tunable must be
+// in the environment when the process starts, so kvcheck sets it and executes itself again, once.
+void restart_with_exact_heap_accounting(char** argv) {
+    if (kvc::prop::heap_accounting_exact() || std::getenv("KVCHECK_REEXECUTED")) return;
+    const char* old = std::getenv("GLIBC_TUNABLES");
+    const std::string value = (old && *old ? std::string(old) + ":" : std::string()) + kvc::prop::kExactHeapTunable;
+    setenv("GLIBC_TUNABLES", value.c_str(), 1);
+    setenv("KVCHECK_REEXECUTED", "1", 1);
+    execv("/proc/self/exe", argv); // returns only on failure: then NO-Q cases end as ERROR, saying why
+}
+
+} // namespace
 
 int main(int argc, char** argv) {
+    restart_with_exact_heap_accounting(argv);
     CLI::App app{"kvcheck " KVCHECK_VERSION " - verified reference and conformance suite for transformer KV caches"};
     app.set_version_flag("--version", "kvcheck " KVCHECK_VERSION);
     app.require_subcommand(1);

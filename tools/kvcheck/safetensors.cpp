@@ -1,5 +1,7 @@
 #include "safetensors.hpp"
 
+#include "report.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -227,23 +229,8 @@ std::vector<uint8_t> serialize(const File& f) {
 }
 
 void write_bytes_atomically(const std::string& path, const std::string& bytes) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw std::runtime_error(tmp + ": cannot be created");
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        out.close();
-        if (!out) {
-            std::remove(tmp.c_str());
-            throw std::runtime_error(tmp + ": write failed");
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::remove(tmp.c_str());
-        throw std::runtime_error(path + ": cannot be written (" + ec.message() + ")");
-    }
+    std::string error;
+    if (!cli::write_file_atomically(path, bytes, error)) throw std::runtime_error(error);
 }
 
 void write_file(const std::string& path, const File& f) {

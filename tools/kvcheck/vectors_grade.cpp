@@ -5,6 +5,7 @@
 #include "vectors_commands.hpp"
 
 #include "commands.hpp"
+#include "report.hpp"
 #include "safetensors.hpp"
 #include "vectors_model.hpp"
 
@@ -353,7 +354,7 @@ private:
                 const float gk = ref::load_dtype(got_k, cfg_.dtype), gv = ref::load_dtype(got_v, cfg_.dtype);
                 const bool k_ok = std::memcmp(want_k, got_k, es_) == 0 ||
                                   (cfg_.rope != KVC_ROPE_NONE && std::isfinite(gk) &&
-                                   ulp_distance(want_k, got_k, cfg_.dtype) <= 1);
+                                   prop::ulp_distance(want_k, got_k, cfg_.dtype) <= 1);
                 const bool v_ok = std::memcmp(want_v, got_v, es_) == 0;
                 strm.k_eff.push_back(k_ok ? gk : want.k[e]);
                 strm.v_eff.push_back(want.v[e]);
@@ -508,42 +509,10 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
 
 // ---- reports ----
 
-// s with every byte that is not part of valid UTF-8 replaced by U+FFFD (paths may hold any bytes; XML and JSON may
-// not).
-std::string valid_utf8(const std::string& s) {
-    std::string o;
-    for (size_t i = 0; i < s.size();) {
-        const auto c = static_cast<unsigned char>(s[i]);
-        const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-        bool ok = n > 0 && i + n <= s.size() && !(n == 2 && c < 0xC2);
-        for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-        if (ok) {
-            o.append(s, i, n);
-            i += n;
-        } else {
-            o += "\xEF\xBF\xBD";
-            ++i;
-        }
-    }
-    return o;
-}
-
-std::string xml_escape(const std::string& text) {
-    const std::string s = valid_utf8(text);
-    std::string o;
-    for (char ch : s) {
-        switch (ch) {
-        case '&': o += "&amp;"; break;
-        case '<': o += "&lt;"; break;
-        case '>': o += "&gt;"; break;
-        case '"': o += "&quot;"; break;
-        case '\n': o += "&#10;"; break;
-        default:
-            if (static_cast<unsigned char>(ch) < 0x20 && ch != '\t') o += ' ';
-            else o += ch;
-        }
-    }
-    return o;
+// A report file, whole or not at all.
+void write_whole(const std::string& path, const std::string& content) {
+    std::string error;
+    if (!cli::write_file_atomically(path, content, error)) throw std::runtime_error(error);
 }
 
 std::string detail(const Graded& g) {
@@ -551,45 +520,6 @@ std::string detail(const Graded& g) {
     if (g.step >= 0) d += " [step " + std::to_string(g.step) + "]";
     if (g.r.mismatch) d += "; first mismatch: " + g.r.mismatch->describe();
     return d;
-}
-
-std::string junit(const std::vector<Graded>& all, const Results& res) {
-    int failures = 0, errors = 0, skipped = 0;
-    for (const Graded& g : all) {
-        failures += g.r.verdict == prop::Verdict::Fail;
-        errors += g.r.verdict == prop::Verdict::Error;
-        skipped += g.r.verdict == prop::Verdict::NotSupported;
-    }
-    std::ostringstream x;
-    const std::string counts = " tests=\"" + std::to_string(all.size()) + "\" failures=\"" + std::to_string(failures) +
-                               "\" errors=\"" + std::to_string(errors) + "\" skipped=\"" + std::to_string(skipped) +
-                               "\"";
-    x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-    x << "<testsuites name=\"kvcheck grade\"" << counts << ">\n";
-    x << "  <testsuite name=\"" << xml_escape(res.name) << "\"" << counts << ">\n";
-    for (const Graded& g : all) {
-        x << "    <testcase classname=\"kvcheck." << xml_escape(g.r.property) << "\" name=\"" << xml_escape(g.r.id)
-          << "\"";
-        const std::string msg = xml_escape(detail(g));
-        switch (g.r.verdict) {
-        case prop::Verdict::Fail:
-            x << ">\n      <failure type=\"" << xml_escape(g.r.failed_property) << "\" message=\"" << msg
-              << "\"/>\n    </testcase>\n";
-            break;
-        case prop::Verdict::NotSupported:
-            x << ">\n      <skipped message=\"NOT_SUPPORTED: " << msg << "\"/>\n    </testcase>\n";
-            break;
-        case prop::Verdict::Pass: x << "/>\n"; break;
-        case prop::Verdict::QualityWarning:
-            x << ">\n      <system-out>QUALITY_WARNING: " << msg << "</system-out>\n    </testcase>\n";
-            break;
-        default:
-            x << ">\n      <error type=\"" << prop::verdict_name(g.r.verdict) << "\" message=\"" << msg
-              << "\"/>\n    </testcase>\n";
-        }
-    }
-    x << "  </testsuite>\n</testsuites>\n";
-    return x.str();
 }
 
 } // namespace
@@ -636,7 +566,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
     const int code = bad ? cli::kExitNotConformant : cli::kExitOk;
 
     try {
-        if (!o.report.empty()) {
+        if (!o.report.empty() || !o.junit.empty()) {
             json cases = json::array();
             for (const Graded& g : all) {
                 json j = prop::to_json(g.r);
@@ -645,20 +575,25 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
             }
             json summary = json::object();
             for (const auto& [v, n] : counts) summary[v] = n;
+            // The same shape as validate's report, so one JUnit writer (report.hpp) serves both.
             const json report = {{"kvcheck_grade", 1},
                                  {"kvcheck_version", KVCHECK_VERSION},
-                                 {"implementation",
-                                  {{"name", res.name},
-                                   {"version", res.version},
-                                   {"precision", res.precision_word},
-                                   {"capabilities", std::vector<std::string>(res.caps.begin(), res.caps.end())}}},
+                                 {"suite_version", KVCHECK_VERSION},
+                                 {"run", {{"seed", vectors.seed}, {"profile", "offline"}}},
+                                 {"implementations",
+                                  json::array({{{"name", res.name},
+                                                {"label", res.name},
+                                                {"version", res.version},
+                                                {"precision", res.precision_word},
+                                                {"capabilities",
+                                                 std::vector<std::string>(res.caps.begin(), res.caps.end())},
+                                                {"cases", cases}}})},
                                  {"vectors_seed", vectors.seed},
                                  {"summary", summary},
-                                 {"exit_code", code},
-                                 {"cases", cases}};
-            st::write_bytes_atomically(o.report, report.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
+                                 {"exit_code", code}};
+            if (!o.report.empty()) write_whole(o.report, cli::dump_json(report, 1) + "\n");
+            if (!o.junit.empty()) write_whole(o.junit, cli::junit_from_report(report));
         }
-        if (!o.junit.empty()) st::write_bytes_atomically(o.junit, junit(all, res));
     } catch (const std::runtime_error& e) {
         err << "kvcheck grade: " << e.what() << "\n";
         return cli::kExitBadInput;

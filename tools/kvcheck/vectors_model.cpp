@@ -183,24 +183,6 @@ uint64_t live_bytes(const prop::CaseConfig& cfg, const std::vector<std::vector<u
     return total;
 }
 
-int64_t ulp_distance(const uint8_t* a, const uint8_t* b, uint32_t dtype) {
-    // map the sign-magnitude bit patterns onto a line where neighbours differ by one
-    auto ordered = [&](const uint8_t* p) -> int64_t {
-        if (dtype == KVC_DTYPE_F32) {
-            uint32_t x;
-            std::memcpy(&x, p, 4);
-            const int64_t mag = x & 0x7FFFFFFFu;
-            return (x & 0x80000000u) ? -mag : mag;
-        }
-        uint16_t x;
-        std::memcpy(&x, p, 2);
-        const int64_t mag = x & 0x7FFF;
-        return (x & 0x8000) ? -mag : mag;
-    };
-    const int64_t d = ordered(a) - ordered(b);
-    return d < 0 ? -d : d;
-}
-
 std::string float_bits(float x) {
     uint32_t b;
     std::memcpy(&b, &x, 4);

@@ -78,8 +78,6 @@ RowBounds row_bounds(const prop::CaseConfig& cfg, const prop::Expected& e);
 // Live bytes of the formula: 2 * sum over (seq, layer) of length * n_kv_heads * head_dim * sizeof(dtype).
 uint64_t live_bytes(const prop::CaseConfig& cfg, const std::vector<std::vector<uint32_t>>& lengths);
 
-// Distance in units in the last place between two stored elements of a cache dtype (both finite).
-int64_t ulp_distance(const uint8_t* a, const uint8_t* b, uint32_t dtype);
 
 // "0x3e800000"
 std::string float_bits(float x);

@@ -5,6 +5,7 @@
 
 #include "kvcheck/properties/case.hpp"
 
+#include <cstdint>
 #include <vector>
 
 namespace kvc::prop {
@@ -29,5 +30,9 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
 // The row a key of the case should be stored as: rotated (long double) at `pos` when the case uses RoPE, then
 // rounded to the cache dtype. k_in: [Hkv*d]; out: [Hkv*d] widened to float.
 void expected_stored_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out);
+
+// Distance in units in the last place between two finite stored values of the cache dtype (4 or 2 bytes each):
+// the bound CACHE-CONTENT allows between an implementation's rotated key and the long double rotation.
+int64_t ulp_distance(const uint8_t* a, const uint8_t* b, uint32_t dtype);
 
 } // namespace kvc::prop

@@ -1,0 +1,150 @@
+#include "bench_common.hpp"
+
+#include "simd.hpp"
+#include "thread_pool.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+namespace kvc::bench {
+namespace {
+
+struct Line {
+    std::string what, goal, note;
+    double value;
+};
+std::vector<Line>& lines() {
+    static std::vector<Line> l;
+    return l;
+}
+
+struct StreamJob {
+    const uint8_t* buf;
+    size_t chunk, bytes;
+    std::vector<float> sums;
+};
+
+KVC_TARGET_AVX2 float sum_avx2(const uint8_t* p, size_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(reinterpret_cast<const float*>(p + i)));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(reinterpret_cast<const float*>(p + i + 32)));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(reinterpret_cast<const float*>(p + i + 64)));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(reinterpret_cast<const float*>(p + i + 96)));
+    }
+    alignas(32) float t[8];
+    _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+float sum_portable(const uint8_t* p, size_t n) {
+    float acc[8] = {};
+    for (size_t i = 0; i + 32 <= n; i += 32)
+        for (int j = 0; j < 8; ++j) {
+            float x;
+            std::memcpy(&x, p + i + 4 * j, 4);
+            acc[j] += x;
+        }
+    return acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+}
+
+void stream_item(void* ctx, size_t i) {
+    auto* job = static_cast<StreamJob*>(ctx);
+    const size_t off = i * job->chunk, n = std::min(job->chunk, job->bytes - off);
+    job->sums[i] = opt::cpu_has_avx2_f16c() ? sum_avx2(job->buf + off, n) : sum_portable(job->buf + off, n);
+}
+
+std::string cpu_model() {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    return "unknown CPU";
+}
+
+} // namespace
+
+double median(std::vector<double> xs) {
+    if (xs.empty()) return NAN;
+    std::sort(xs.begin(), xs.end());
+    return xs[xs.size() / 2];
+}
+
+double fastest(const std::vector<double>& xs) { return xs.empty() ? NAN : *std::min_element(xs.begin(), xs.end()); }
+
+std::vector<uint8_t> touched_buffer(size_t bytes) {
+    std::vector<uint8_t> b(bytes + 64);
+    for (size_t i = 0; i < b.size(); i += 4096) b[i] = 1;
+    return b;
+}
+
+double stream_read_seconds(const uint8_t* buf, size_t bytes, unsigned max_threads) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(buf);
+    const uint8_t* aligned = buf + ((64 - a % 64) % 64);
+    StreamJob job{aligned, size_t(1) << 20, bytes, {}};
+    job.sums.assign((bytes + job.chunk - 1) / job.chunk, 0.0f);
+    const double t0 = now_s();
+    opt::ThreadPool::instance().run(job.sums.size(), stream_item, &job, max_threads);
+    const double t = now_s() - t0;
+    float total = 0;
+    for (float s : job.sums) total += s;
+    benchmark::DoNotOptimize(total);
+    return t;
+}
+
+double memcpy_seconds(uint8_t* dst, const uint8_t* src, size_t bytes) {
+    const double t0 = now_s();
+    std::memcpy(dst, src, bytes);
+    benchmark::ClobberMemory();
+    return now_s() - t0;
+}
+
+kvc_config config(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t dtype, uint32_t block,
+                  uint32_t max_seqs, uint32_t rope) {
+    kvc_config c{};
+    c.struct_size = sizeof c;
+    c.n_layers = 1;
+    c.n_q_heads = n_q_heads;
+    c.n_kv_heads = n_kv_heads;
+    c.head_dim = head_dim;
+    c.cache_dtype = dtype;
+    c.max_seqs = max_seqs;
+    c.max_tokens = 0;
+    c.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    c.rope = rope;
+    c.rope_theta = 10000.0f;
+    c.block_size_hint = block;
+    return c;
+}
+
+std::unique_ptr<opt::Engine> engine_for(const kvc_config& c, const opt::EngineOptions& o) {
+    kvc_status s = KVC_OK;
+    std::string err;
+    auto e = opt::Engine::create(c, o, &s, &err);
+    if (!e) {
+        std::fprintf(stderr, "kvcheck_bench: engine refused the config: %s\n", err.c_str());
+        std::exit(1);
+    }
+    return e;
+}
+
+void report(const std::string& what, double value, const std::string& goal, const std::string& note) {
+    lines().push_back({what, goal, note, value});
+}
+
+void print_summary() {
+    std::string load = "?";
+    std::ifstream("/proc/loadavg") >> load; // other work on the machine takes cores from the compute-bound side
+    std::printf("\nkvcheck_bench summary (%s, %u threads, load average %s; ratios measured inside this run)\n",
+                cpu_model().c_str(), std::thread::hardware_concurrency(), load.c_str());
+    for (const Line& l : lines())
+        std::printf("  %-58s %8.3f  %-10s %s\n", l.what.c_str(), l.value, l.goal.c_str(), l.note.c_str());
+}
+
+} // namespace kvc::bench

@@ -1,0 +1,43 @@
+// Shared by the benchmarks: timing, medians, the in-run baselines (streaming read, memcpy), and the summary that
+// kvcheck_bench prints after Google Benchmark's table. Every goal is a ratio of two things measured in the same
+// run, so a noisy or slower machine moves both sides (docs/performance.md).
+#pragma once
+
+#include "kvcheck/optimized/engine.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvc::bench {
+
+inline double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> xs);
+// The fastest of several timings: on a shared machine every disturbance only adds time, so the minimum is the
+// steadiest estimate of what the code itself costs (used for both sides of every ratio).
+double fastest(const std::vector<double>& xs);
+
+// Seconds to read every byte of buf once, with every core (the engine's thread pool) or max_threads, AVX2 loads.
+double stream_read_seconds(const uint8_t* buf, size_t bytes, unsigned max_threads = 0);
+// Seconds for one memcpy of bytes (one thread).
+double memcpy_seconds(uint8_t* dst, const uint8_t* src, size_t bytes);
+
+// A buffer that is really there: every page written once.
+std::vector<uint8_t> touched_buffer(size_t bytes);
+
+std::unique_ptr<opt::Engine> engine_for(const kvc_config& c, const opt::EngineOptions& o = {});
+kvc_config config(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t dtype, uint32_t block,
+                  uint32_t max_seqs, uint32_t rope = KVC_ROPE_NONE);
+
+// One line of the closing summary: what was measured, the ratio, its goal ("" when there is none) and a note.
+void report(const std::string& what, double value, const std::string& goal, const std::string& note);
+void print_summary();
+
+} // namespace kvc::bench

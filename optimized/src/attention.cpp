@@ -1,0 +1,191 @@
+#include "attention.hpp"
+
+#include "thread_pool.hpp"
+
+#include <algorithm>
+
+namespace kvc::opt {
+namespace {
+
+constexpr uint32_t kSpreadMaxNew = 4;                      // calls with up to this many new tokens spread out
+constexpr size_t kSpreadMaxScratchFloats = size_t(64) << 20; // 256 MiB of segment states at most, else tiled
+constexpr uint64_t kParallelMinBytes = 2 << 20;           // below this much K/V to read (~0.15 ms on one core),
+                                                          // waking a worker costs more than it saves
+
+uint32_t ceil_div(uint64_t a, uint64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
+
+} // namespace
+
+void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams, size_t n_streams) {
+    shape_ = shape;
+    streams_ = streams;
+    n_streams_ = n_streams;
+    group_ = shape.n_q_heads / shape.n_kv_heads;
+    dq_ = padded_dim(shape.layout->head_dim);
+    plans_.assign(n_streams, StreamPlan{});
+    items_.clear();
+    folds_.clear();
+
+    size_t states = 0;
+    uint64_t bytes_to_read = 0;
+    for (size_t s = 0; s < n_streams; ++s) {
+        const StreamCall& sc = streams[s];
+        StreamPlan& p = plans_[s];
+        p.rows = sc.n_new * group_;
+        p.segments = ceil_div(static_cast<uint64_t>(sc.len_before) + sc.n_new, kSegmentKeys);
+        const size_t need = static_cast<size_t>(shape.n_kv_heads) * p.rows * p.segments;
+        p.spread = sc.n_new <= kSpreadMaxNew && (states + need) * (dq_ + 2) <= kSpreadMaxScratchFloats;
+        bytes_to_read += (static_cast<uint64_t>(sc.len_before) + sc.n_new) * shape.layout->row_bytes * 2 *
+                         shape.n_kv_heads * (p.spread ? 1 : ceil_div(p.rows, kTileRows));
+        if (p.spread) {
+            p.state_base = states;
+            states += need;
+        }
+    }
+    ml_.resize(states * 2);
+    o_.resize(states * dq_);
+
+    for (size_t s = 0; s < n_streams; ++s) {
+        const StreamPlan& p = plans_[s];
+        for (uint32_t h = 0; h < shape.n_kv_heads; ++h) {
+            if (p.spread) {
+                for (uint32_t g = 0; g < p.segments; ++g) items_.push_back({static_cast<uint32_t>(s), h, g, true});
+                folds_.push_back(static_cast<uint32_t>(s) * shape.n_kv_heads + h);
+            } else {
+                // last tiles first: under the causal mask they see the most keys, so big items start early
+                for (uint32_t t = ceil_div(p.rows, kTileRows); t-- > 0;)
+                    items_.push_back({static_cast<uint32_t>(s), h, t, false});
+            }
+        }
+    }
+    threads_ = bytes_to_read < kParallelMinBytes ? 1 : shape.max_threads;
+}
+
+void AttentionPlan::run() {
+    ThreadPool& pool = ThreadPool::instance();
+    pool.run(items_.size(), &AttentionPlan::run_item, this, threads_);
+    pool.run(folds_.size(), &AttentionPlan::run_fold, this, threads_);
+}
+
+void AttentionPlan::run_item(void* self, size_t i) {
+    auto* plan = static_cast<AttentionPlan*>(self);
+    const Item& it = plan->items_[i];
+    if (it.spread)
+        plan->spread_item(it);
+    else
+        plan->tiled_item(it);
+}
+
+void AttentionPlan::run_fold(void* self, size_t i) {
+    auto* plan = static_cast<AttentionPlan*>(self);
+    const uint32_t f = plan->folds_[i];
+    plan->fold_rows(f / plan->shape_.n_kv_heads, f % plan->shape_.n_kv_heads);
+}
+
+// Row rho of (stream, KV head) is query token rho / group, query head kv_head * group + rho % group: the query
+// heads of one GQA group sit next to each other, so a tile shares one read of the KV head among them.
+RowTile AttentionPlan::tile_of(uint32_t stream, uint32_t kv_head, uint32_t first_row, uint32_t n_rows) const {
+    const StreamCall& sc = streams_[stream];
+    RowTile t;
+    t.n = static_cast<int>(n_rows);
+    for (uint32_t r = 0; r < n_rows; ++r) {
+        const uint32_t rho = first_row + r, token = rho / group_, head = kv_head * group_ + rho % group_;
+        t.q[r] = sc.q + (static_cast<size_t>(token) * shape_.n_q_heads + head) * dq_;
+        t.limit[r] = sc.len_before + token + 1; // causal, bottom-right aligned: itself and everything before
+    }
+    return t;
+}
+
+// spread: the states of one segment for every row of (stream, KV head), into the scratch. Splits outside, tiles
+// inside: with more than 8 query heads per KV head, the second tile finds the split's K/V still in cache.
+void AttentionPlan::spread_item(const Item& it) {
+    const StreamCall& sc = streams_[it.stream];
+    const StreamPlan& p = plans_[it.stream];
+    const SplitArgs args{shape_.layout, sc.table, it.kv_head, shape_.scale};
+    alignas(32) float split_o[kTileRows][kMaxHeadDim];
+    SoftmaxState split[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) split[r].o = split_o[r];
+    auto state_index = [&](uint32_t rho) {
+        return p.state_base + (static_cast<size_t>(it.kv_head) * p.rows + rho) * p.segments + it.index;
+    };
+    for (uint32_t rho = 0; rho < p.rows; ++rho) { // every row's segment state starts empty
+        SoftmaxState seg{0.0f, 0.0f, o_.data() + state_index(rho) * dq_};
+        state_clear(seg, static_cast<int>(dq_));
+        ml_[2 * state_index(rho)] = seg.m;
+        ml_[2 * state_index(rho) + 1] = seg.l;
+    }
+    const uint32_t max_limit = sc.len_before + sc.n_new; // the stream's last row sees every key
+    for (uint32_t sp = 0; sp < kSegmentSplits; ++sp) {
+        const uint32_t k0 = it.index * kSegmentKeys + sp * kSplitKeys;
+        if (k0 >= max_limit) break; // every later split is empty for every row
+        for (uint32_t first = 0; first < p.rows; first += kTileRows) {
+            const uint32_t n = std::min<uint32_t>(kTileRows, p.rows - first);
+            const RowTile tile = tile_of(it.stream, it.kv_head, first, n);
+            if (k0 >= tile.limit[n - 1]) continue; // rows are in token order: the last sees the most keys
+            shape_.kernel(args, tile, k0, split);
+            for (uint32_t r = 0; r < n; ++r) {
+                const size_t idx = state_index(first + r);
+                SoftmaxState seg{ml_[2 * idx], ml_[2 * idx + 1], o_.data() + idx * dq_};
+                state_merge(seg, split[r], static_cast<int>(dq_));
+                ml_[2 * idx] = seg.m;
+                ml_[2 * idx + 1] = seg.l;
+            }
+        }
+    }
+}
+
+// spread, second pass: fold each row's segment states left to right, normalize into out.
+void AttentionPlan::fold_rows(uint32_t stream, uint32_t kv_head) {
+    const StreamCall& sc = streams_[stream];
+    const StreamPlan& p = plans_[stream];
+    const uint32_t d = shape_.layout->head_dim;
+    alignas(32) float acc_o[kMaxHeadDim];
+    for (uint32_t rho = 0; rho < p.rows; ++rho) {
+        SoftmaxState acc{0.0f, 0.0f, acc_o};
+        state_clear(acc, static_cast<int>(dq_));
+        const size_t first = p.state_base + (static_cast<size_t>(kv_head) * p.rows + rho) * p.segments;
+        for (uint32_t g = 0; g < p.segments; ++g) {
+            const SoftmaxState seg{ml_[2 * (first + g)], ml_[2 * (first + g) + 1], o_.data() + (first + g) * dq_};
+            state_merge(acc, seg, static_cast<int>(dq_));
+        }
+        const uint32_t token = rho / group_, head = kv_head * group_ + rho % group_;
+        state_normalize(acc, sc.out + (static_cast<size_t>(token) * shape_.n_q_heads + head) * d, static_cast<int>(d));
+    }
+}
+
+// tiled: one tile of rows folds every segment itself, then normalizes into out.
+void AttentionPlan::tiled_item(const Item& it) {
+    const StreamCall& sc = streams_[it.stream];
+    const StreamPlan& p = plans_[it.stream];
+    const uint32_t d = shape_.layout->head_dim;
+    const SplitArgs args{shape_.layout, sc.table, it.kv_head, shape_.scale};
+    const uint32_t first = it.index * kTileRows, n = std::min<uint32_t>(kTileRows, p.rows - first);
+    const RowTile tile = tile_of(it.stream, it.kv_head, first, n);
+
+    alignas(32) float split_o[kTileRows][kMaxHeadDim], seg_o[kTileRows][kMaxHeadDim], acc_o[kTileRows][kMaxHeadDim];
+    SoftmaxState split[kTileRows], seg[kTileRows], acc[kTileRows];
+    for (uint32_t r = 0; r < n; ++r) {
+        split[r].o = split_o[r];
+        seg[r].o = seg_o[r];
+        acc[r].o = acc_o[r];
+        state_clear(acc[r], static_cast<int>(dq_));
+    }
+    const uint32_t max_limit = tile.limit[n - 1];
+    for (uint32_t g = 0; g * kSegmentKeys < max_limit; ++g) {
+        for (uint32_t r = 0; r < n; ++r) state_clear(seg[r], static_cast<int>(dq_));
+        for (uint32_t sp = 0; sp < kSegmentSplits; ++sp) {
+            const uint32_t k0 = g * kSegmentKeys + sp * kSplitKeys;
+            if (k0 >= max_limit) break;
+            shape_.kernel(args, tile, k0, split);
+            for (uint32_t r = 0; r < n; ++r) state_merge(seg[r], split[r], static_cast<int>(dq_));
+        }
+        for (uint32_t r = 0; r < n; ++r) state_merge(acc[r], seg[r], static_cast<int>(dq_));
+    }
+    for (uint32_t r = 0; r < n; ++r) {
+        const uint32_t rho = first + r, token = rho / group_, head = it.kv_head * group_ + rho % group_;
+        state_normalize(acc[r], sc.out + (static_cast<size_t>(token) * shape_.n_q_heads + head) * d,
+                        static_cast<int>(d));
+    }
+}
+
+} // namespace kvc::opt

@@ -1,0 +1,84 @@
+// Attention over the paged cache for every new token of a call: decode (one new token per sequence), prefill and
+// chunked prefill are the same computation, planned differently.
+//
+// The fixed reduction structure (docs/engine.md): the keys a query row sees are cut at absolute positions into
+// splits of kSplitKeys and segments of kSegmentSplits splits. A row's result is
+//     normalize( fold_merge over segments ( fold_merge over the segment's splits ( exact state of the split ) ) )
+// with folds left to right starting from the empty state. Only positions decide this structure, never the batch,
+// the chunking of the prompt or the number of threads, so a row's output is bitwise reproducible.
+//
+// Two plans compute exactly that:
+//  - spread  (few new tokens: decode): one work item per (stream, KV head, segment) writes segment states to
+//    scratch; a second pass folds them per row. Long contexts keep every core busy even for one sequence.
+//  - tiled   (many new tokens: prefill): one work item per (stream, KV head, tile of 8 rows) folds its segments
+//    itself. Scratch stays small however long the prompt.
+#pragma once
+
+#include "attention_kernel.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvc::opt {
+
+// One (sequence, layer) stream's part of a call. Its new tokens are already in the cache.
+struct StreamCall {
+    const uint32_t* table = nullptr; // block table, covering len_before + n_new tokens
+    uint32_t len_before = 0;         // tokens cached before this call
+    uint32_t n_new = 0;              // new tokens (> 0)
+    const float* q = nullptr;        // [n_new][n_q_heads][padded_dim]: rotated queries, zero padding
+    float* out = nullptr;            // [n_new][n_q_heads][head_dim]
+};
+
+struct AttentionShape {
+    const kvc_kv_layout* layout = nullptr;
+    uint32_t n_q_heads = 0;
+    uint32_t n_kv_heads = 0;
+    float scale = 1.0f;
+    SplitKernel kernel = nullptr;
+    unsigned max_threads = 0; // 0: every core
+};
+
+class AttentionPlan {
+public:
+    // Plans the work and allocates its scratch (may throw std::bad_alloc); touches neither the cache nor out.
+    void build(const AttentionShape& shape, const StreamCall* streams, size_t n_streams);
+    // Computes every stream's out. Allocates nothing, cannot fail.
+    void run();
+
+private:
+    struct Item {
+        uint32_t stream;
+        uint32_t kv_head;
+        uint32_t index; // segment (spread) or tile (tiled)
+        bool spread;
+    };
+    struct StreamPlan {
+        bool spread = false;
+        uint32_t rows = 0;       // n_new * group
+        uint32_t segments = 0;   // segments of the longest row
+        size_t state_base = 0;   // first state of this stream in the scratch (spread)
+    };
+
+    static void run_item(void* self, size_t i);
+    static void run_fold(void* self, size_t i);
+    void spread_item(const Item& it);
+    void tiled_item(const Item& it);
+    void fold_rows(uint32_t stream, uint32_t kv_head);
+    RowTile tile_of(uint32_t stream, uint32_t kv_head, uint32_t first_row, uint32_t n_rows) const;
+
+    AttentionShape shape_{};
+    const StreamCall* streams_ = nullptr;
+    size_t n_streams_ = 0;
+    uint32_t group_ = 1;
+    uint32_t dq_ = 0;
+    std::vector<StreamPlan> plans_;
+    std::vector<Item> items_;
+    std::vector<uint32_t> folds_; // (stream * n_kv_heads + kv_head) of spread streams
+    std::vector<float> ml_;       // spread scratch: m, l of each state
+    std::vector<float> o_;        // spread scratch: o of each state, padded_dim floats
+    unsigned threads_ = 1;
+};
+
+} // namespace kvc::opt

@@ -1,0 +1,52 @@
+// The one attention kernel: the exact softmax state of up to kTileRows query rows over one split of the keys of
+// one KV head of one stream.
+//
+// Rows of a tile share the KV head (the query heads of one GQA group, and/or several query tokens), so each cached
+// byte the kernel reads serves every row of the tile. Each row has its own causal limit: row r sees keys
+// 0 .. limit[r] - 1. The split is the key range [k0, k0 + kSplitKeys), k0 a multiple of kSplitKeys; the kernel
+// computes, for each row, the state over the split's keys below its limit (empty when there are none).
+//
+// The arithmetic of one row never depends on the other rows of its tile, on the tile size, or on which thread runs
+// it: that, plus the fixed split and merge structure (attention.hpp), is the engine's determinism contract.
+#pragma once
+
+#include "kvcheck/optimized/kv_layout.h"
+#include "kvcheck/optimized/softmax_state.hpp"
+
+#include <cstdint>
+
+namespace kvc::opt {
+
+constexpr uint32_t kSplitKeys = 256;     // keys per split: a split's scores fit in a stack buffer
+constexpr uint32_t kSegmentSplits = 4;   // splits per segment (the unit of work when a decode is spread out)
+constexpr uint32_t kSegmentKeys = kSplitKeys * kSegmentSplits;
+constexpr int kTileRows = 8;             // rows per kernel call: 8 accumulators fill the AVX2 register file
+constexpr uint32_t kMaxHeadDim = 256;
+
+// head_dim rounded up to the SIMD width: q rows and state outputs are this long, zero-padded.
+inline uint32_t padded_dim(uint32_t head_dim) { return (head_dim + 7u) & ~7u; }
+
+struct RowTile {
+    int n = 0;                      // rows in use, 1..kTileRows
+    const float* q[kTileRows] = {}; // [padded_dim] each: rotated query, zero padding after head_dim
+    uint32_t limit[kTileRows] = {}; // row r sees keys 0 .. limit[r] - 1
+};
+
+struct SplitArgs {
+    const kvc_kv_layout* layout; // geometry and block bases
+    const uint32_t* table;       // the stream's block table
+    uint32_t kv_head;
+    float scale;                 // softmax scale applied to q.k
+};
+
+// states[r].o must point at padded_dim floats; the kernel writes m, l and o of every row 0..tile.n-1.
+using SplitKernel = void (*)(const SplitArgs& args, const RowTile& tile, uint32_t k0, SoftmaxState* states);
+
+// The kernel for a cache dtype: AVX2/FMA/F16C when simd is allowed and the CPU has it, portable otherwise.
+SplitKernel split_kernel(uint32_t dtype, bool simd);
+
+// The two implementations (the dispatcher above picks one; tests may call either).
+SplitKernel split_kernel_scalar(uint32_t dtype);
+SplitKernel split_kernel_avx2(uint32_t dtype);
+
+} // namespace kvc::opt

@@ -1,0 +1,344 @@
+// The AVX2/FMA/F16C split kernel. Compiled for those extensions function by function (KVC_TARGET_AVX2), so this
+// file links into a portable binary; split_kernel() only hands it out after cpu_has_avx2_f16c().
+//
+// Why it is shaped this way:
+//  - Each cached K/V row is widened to f32 once (F16C for f16, a shift for bf16) and used by every row of the
+//    tile: the GQA group shares one read of each cached byte.
+//  - Dot products keep 8 independent accumulators (rows x keys): one query row takes 8 keys at a time, 8 rows take
+//    one key, so the FMA latency chain never limits a decode.
+//  - Every dot product and every sum ends with the same fixed 8-lane tree, whatever tile it was computed in.
+//  - Software prefetch runs a fixed number of rows ahead along the order the split reads them (K, then V, then the
+//    next split): each block run ends a 4 KiB stretch and the next block may be anywhere in the pool.
+//  - Values accumulate in registers for up to 4 rows at a time while V rows stream by.
+#include "attention_kernel.hpp"
+#include "dtype_convert.hpp"
+#include "simd.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+namespace kvc::opt {
+namespace {
+
+template <uint32_t DT>
+constexpr uint32_t elem_bytes() {
+    return DT == KVC_DTYPE_F32 ? 4u : 2u;
+}
+
+// 8 cached elements -> 8 floats.
+template <uint32_t DT>
+KVC_TARGET_AVX2 inline __m256 load8(const uint8_t* p) {
+    if constexpr (DT == KVC_DTYPE_F32) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+    } else if constexpr (DT == KVC_DTYPE_F16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    } else {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+}
+
+// The last n < 8 elements of a row, zero-padded (never reads past the row: it may end a slab).
+template <uint32_t DT>
+KVC_TARGET_AVX2 inline __m256 load_tail(const uint8_t* p, uint32_t n) {
+    alignas(32) float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (uint32_t i = 0; i < n; ++i) t[i] = load_elem(p + i * elem_bytes<DT>(), DT);
+    return _mm256_load_ps(t);
+}
+
+// Lane i of the result is the sum of the 8 lanes of a[i], always in the order ((0+1)+(2+3))+((4+5)+(6+7)).
+KVC_TARGET_AVX2 inline __m256 reduce8(const __m256* a) {
+    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// exp(x) for x <= 0 (and -inf): 2^n * e^r with n = round(x / ln 2), r = x - n ln 2 in two steps (Cody-Waite),
+// e^r by its Taylor series to degree 7 (|r| <= ln2/2: error below 1 ulp of float). exp(0) is exactly 1. Results
+// below the smallest normal float flush to 0, harmless next to the 1 that the row's maximum contributes.
+KVC_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
+    const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+constexpr uint32_t kPrefetchRows = 32; // how far ahead of the row in use the prefetches run (8 KiB at d = 128, f16)
+
+// The rows one split reads, in the order it reads them: its K rows, its V rows, then the first K rows of the next
+// split (the caller's next call). upto(v) prefetches every row before virtual index v. Block runs end every B
+// rows and the next block can be anywhere in the pool, so the hardware prefetcher cannot see ahead; this can.
+struct RowPrefetcher {
+    const kvc_kv_layout* l;
+    const uint32_t* table;
+    uint32_t head;
+    uint64_t k0;     // the split's first key
+    uint32_t n;      // keys this split reads
+    uint32_t n_next; // keys of the next split worth fetching (0 when there is none)
+    uint32_t v = 0;  // the next virtual row to prefetch
+    // where row v lives: stepped row by row, recomputed (one division) only where a part starts
+    uint64_t block = 0;
+    uint32_t slot = 0, plane = KVC_PLANE_K;
+
+    KVC_TARGET_AVX2 inline void seek(uint64_t pos, uint32_t pl) {
+        block = pos / l->block_size;
+        slot = static_cast<uint32_t>(pos - block * l->block_size);
+        plane = pl;
+    }
+
+    KVC_TARGET_AVX2 inline void upto(uint32_t target) {
+        target = std::min(target, 2 * n + n_next);
+        for (; v < target; ++v) {
+            if (v == 0) seek(k0, KVC_PLANE_K);
+            else if (v == n) seek(k0, KVC_PLANE_V);
+            else if (v == 2 * n) seek(k0 + kSplitKeys, KVC_PLANE_K);
+            const uintptr_t first = reinterpret_cast<uintptr_t>(l->block_base[table[block]] +
+                                                                kvc_kv_block_offset(l, slot, plane, head, 0));
+            for (uintptr_t line = first & ~uintptr_t(63); line < first + l->row_bytes; line += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+            if (++slot == l->block_size) {
+                slot = 0;
+                ++block;
+            }
+        }
+    }
+};
+
+// q . k for R rows and KJ consecutive keys (rows of one block run), R * KJ <= 12 accumulators: each K chunk is
+// widened once for R rows and each q chunk loaded once for KJ keys. out[r * KJ + kj] = dot * scale.
+template <uint32_t DT, int R, int KJ>
+KVC_TARGET_AVX2 inline void dots(const float* const* q, const uint8_t* k, uint64_t row_bytes, uint32_t d, __m256 scale,
+                                 float* out) {
+    static_assert(R * KJ <= 12, "12 accumulators");
+    __m256 acc[16];
+    for (int i = 0; i < 16; ++i) acc[i] = _mm256_setzero_ps();
+    const uint32_t full = d / 8, tail = d % 8;
+    for (uint32_t c = 0; c < full; ++c) {
+        __m256 kv[KJ];
+        for (int kj = 0; kj < KJ; ++kj) kv[kj] = load8<DT>(k + kj * row_bytes + c * 8 * elem_bytes<DT>());
+        for (int r = 0; r < R; ++r) {
+            const __m256 qv = _mm256_loadu_ps(q[r] + 8 * c);
+            for (int kj = 0; kj < KJ; ++kj) acc[r * KJ + kj] = _mm256_fmadd_ps(qv, kv[kj], acc[r * KJ + kj]);
+        }
+    }
+    if (tail) { // q rows are zero-padded to a multiple of 8
+        __m256 kv[KJ];
+        for (int kj = 0; kj < KJ; ++kj) kv[kj] = load_tail<DT>(k + kj * row_bytes + full * 8 * elem_bytes<DT>(), tail);
+        for (int r = 0; r < R; ++r) {
+            const __m256 qv = _mm256_loadu_ps(q[r] + 8 * full);
+            for (int kj = 0; kj < KJ; ++kj) acc[r * KJ + kj] = _mm256_fmadd_ps(qv, kv[kj], acc[r * KJ + kj]);
+        }
+    }
+    _mm256_storeu_ps(out, _mm256_mul_ps(reduce8(acc), scale));
+    if constexpr (R * KJ > 8) _mm256_storeu_ps(out + 8, _mm256_mul_ps(reduce8(acc + 8), scale));
+}
+
+// Phase 1 for R rows over one block run: scores of keys j0 .. j0 + run - 1 into sc[r][j0 ..].
+template <uint32_t DT, int R>
+KVC_TARGET_AVX2 inline void score_run(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
+                                      uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
+    constexpr int KJ = R >= 5 ? 1 : 8 / R; // 8 accumulators (6 for 3 rows); measured faster than 12
+    alignas(32) float out[16];
+    uint32_t i = 0;
+    for (; i + KJ <= run; i += KJ) {
+        pf.upto(j0 + i + KJ + kPrefetchRows); // a steady trickle, never a burst
+        dots<DT, R, KJ>(q, kp + i * row_bytes, row_bytes, d, scale, out);
+        for (int r = 0; r < R; ++r)
+            for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
+    }
+    for (; i < run; ++i) { // the run's last keys, one at a time (the same arithmetic per dot product)
+        pf.upto(j0 + i + 1 + kPrefetchRows);
+        dots<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
+        for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
+    }
+}
+
+// o[r] += sum over keys i < count of p[r][i] * v_i, for R rows that all see every one of these keys. Accumulators
+// stay in registers for CP chunks of 8 at a time while the keys stream by; per element the FMAs still run in key
+// order, exactly as the row-by-row path does.
+template <uint32_t DT, int R, int CP>
+KVC_TARGET_AVX2 inline void accumulate_pass(const uint8_t* v, uint64_t row_bytes, uint32_t count, const float* const* p,
+                                            SoftmaxState* st, uint32_t c0, RowPrefetcher* pf, uint32_t v0) {
+    __m256 acc[R][CP];
+    for (int r = 0; r < R; ++r)
+        for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm256_loadu_ps(st[r].o + c0 + 8 * cc);
+    for (uint32_t i = 0; i < count; ++i) {
+        if (pf) pf->upto(v0 + i + 1 + kPrefetchRows); // first pass only
+        const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
+        for (int cc = 0; cc < CP; ++cc) {
+            const __m256 vv = load8<DT>(row + 8 * cc * elem_bytes<DT>());
+            for (int r = 0; r < R; ++r) acc[r][cc] = _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + i), vv, acc[r][cc]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int cc = 0; cc < CP; ++cc) _mm256_storeu_ps(st[r].o + c0 + 8 * cc, acc[r][cc]);
+}
+
+template <uint32_t DT, int R, int CP>
+KVC_TARGET_AVX2 void accumulate_rows(const uint8_t* v, uint64_t row_bytes, uint32_t count, const float* const* p,
+                                     SoftmaxState* st, uint32_t d, RowPrefetcher* pf, uint32_t v0) {
+    const uint32_t full = d / 8;
+    uint32_t c = 0;
+    for (; c + CP <= full; c += CP, pf = nullptr) accumulate_pass<DT, R, CP>(v, row_bytes, count, p, st, 8 * c, pf, v0);
+    switch (full - c) { // the remaining chunks in one pass (CP - 1 at most)
+    case 0: break;
+    case 1: accumulate_pass<DT, R, 1>(v, row_bytes, count, p, st, 8 * c, pf, v0); pf = nullptr; break;
+    case 2: accumulate_pass<DT, R, (CP > 2 ? 2 : 1)>(v, row_bytes, count, p, st, 8 * c, pf, v0); pf = nullptr; break;
+    default:
+        for (; c < full; ++c, pf = nullptr) accumulate_pass<DT, R, 1>(v, row_bytes, count, p, st, 8 * c, pf, v0);
+    }
+    if (pf) pf->upto(v0 + count + kPrefetchRows);
+    if (d % 8) { // the zero-padded tail chunk, key by key
+        for (uint32_t i = 0; i < count; ++i) {
+            const __m256 vv = load_tail<DT>(v + i * row_bytes + full * 8 * elem_bytes<DT>(), d % 8);
+            for (int r = 0; r < R; ++r)
+                _mm256_storeu_ps(st[r].o + 8 * full, _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + i), vv,
+                                                                     _mm256_loadu_ps(st[r].o + 8 * full)));
+        }
+    }
+}
+
+// Up to 4 rows at a time, 8 or 12 accumulators in registers; a tile of more rows is done in two halves (the second
+// half reads the run's V rows again, from L1).
+template <uint32_t DT, int R>
+KVC_TARGET_AVX2 void accumulate_all_live(const uint8_t* v, uint64_t row_bytes, uint32_t count, const float* const* p,
+                                         SoftmaxState* st, uint32_t d, RowPrefetcher* pf, uint32_t v0) {
+    if constexpr (R > 4) {
+        accumulate_all_live<DT, 4>(v, row_bytes, count, p, st, d, pf, v0);
+        accumulate_all_live<DT, R - 4>(v, row_bytes, count, p + 4, st + 4, d, nullptr, v0);
+    } else {
+        constexpr int CP = R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 4 : 2; // 8 or 12 accumulators (measured)
+        accumulate_rows<DT, R, CP>(v, row_bytes, count, p, st, d, pf, v0);
+    }
+}
+
+template <uint32_t DT, int R>
+KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxState* st) {
+    const kvc_kv_layout& L = *a.layout;
+    const uint32_t d = L.head_dim, dq = padded_dim(d), B = L.block_size;
+    uint32_t n[kTileRows] = {}; // visible keys of each row inside this split
+    uint32_t n_max = 0, n_min = kSplitKeys, limit_max = 0;
+    for (int r = 0; r < R; ++r) {
+        n[r] = t.limit[r] > k0 ? std::min(t.limit[r] - k0, kSplitKeys) : 0;
+        n_max = std::max(n_max, n[r]);
+        n_min = std::min(n_min, n[r]);
+        limit_max = std::max(limit_max, t.limit[r]);
+    }
+    alignas(32) float sc[R][kSplitKeys];
+    const __m256 scale = _mm256_set1_ps(a.scale);
+    const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
+    RowPrefetcher pf{&L, a.table, a.kv_head, k0, n_max,
+                     next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, kPrefetchRows)) : 0};
+
+    // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run
+    for (uint32_t j = 0; j < n_max;) {
+        const uint64_t pos = static_cast<uint64_t>(k0) + j;
+        const uint32_t slot = static_cast<uint32_t>(pos % B);
+        const uint32_t run = std::min(B - slot, n_max - j);
+        const uint8_t* kp = kvc_kv_address(&L, a.table, pos, KVC_PLANE_K, a.kv_head, 0);
+        score_run<DT, R>(t.q, kp, run, L.row_bytes, d, scale, pf, sc, j);
+        j += run;
+    }
+
+    // phase 2: the maximum of each row; phase 3: p = exp(s - m) in place, and l = sum p in 8 lanes
+    for (int r = 0; r < R; ++r) {
+        SoftmaxState& s = st[r];
+        for (uint32_t c = 0; c < dq; c += 8) _mm256_storeu_ps(s.o + c, _mm256_setzero_ps());
+        s.m = -INFINITY;
+        s.l = 0.0f;
+        const uint32_t nr = n[r];
+        if (nr == 0) continue; // empty split for this row: the empty state
+        float* row = sc[r];
+        __m256 vmax = _mm256_set1_ps(-INFINITY);
+        uint32_t j = 0;
+        for (; j + 8 <= nr; j += 8) vmax = _mm256_max_ps(vmax, _mm256_load_ps(row + j));
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, vmax);
+        float m = lanes[0];
+        for (int i = 1; i < 8; ++i) m = std::max(m, lanes[i]);
+        for (; j < nr; ++j) m = std::max(m, row[j]);
+        for (j = nr; j % 8 != 0; ++j) row[j] = -INFINITY; // pad the last chunk: its exp is exactly 0
+        const __m256 vm = _mm256_set1_ps(m);
+        __m256 acc[8] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                         _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (j = 0; j < nr; j += 8) {
+            const __m256 p = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(row + j), vm));
+            _mm256_store_ps(row + j, p);
+            acc[0] = _mm256_add_ps(acc[0], p);
+        }
+        _mm256_store_ps(lanes, reduce8(acc));
+        s.m = m;
+        s.l = lanes[0];
+    }
+
+    // phase 4: o = sum_j p_j v_j. Keys every row sees go through register accumulators; the few keys past some
+    // row's causal limit (the end of a prefill tile) go key by key, skipping the rows that do not see them.
+    for (uint32_t j = 0; j < n_max;) {
+        const uint64_t pos = static_cast<uint64_t>(k0) + j;
+        const uint32_t slot = static_cast<uint32_t>(pos % B);
+        const uint32_t run = std::min(B - slot, n_max - j);
+        const uint8_t* vp = kvc_kv_address(&L, a.table, pos, KVC_PLANE_V, a.kv_head, 0);
+        const uint32_t all_live = j < n_min ? std::min(run, n_min - j) : 0;
+        if (all_live > 0) {
+            const float* p[R];
+            for (int r = 0; r < R; ++r) p[r] = sc[r] + j;
+            accumulate_all_live<DT, R>(vp, L.row_bytes, all_live, p, st, d, &pf, n_max + j);
+        }
+        for (uint32_t i = all_live; i < run; ++i) {
+            const uint32_t jj = j + i;
+            pf.upto(n_max + jj + 1 + kPrefetchRows);
+            const uint8_t* v = vp + i * L.row_bytes;
+            for (uint32_t c = 0; c < d; c += 8) {
+                const __m256 vv = c + 8 <= d ? load8<DT>(v + c * elem_bytes<DT>()) : load_tail<DT>(v + c * elem_bytes<DT>(), d - c);
+                for (int r = 0; r < R; ++r)
+                    if (jj < n[r])
+                        _mm256_storeu_ps(st[r].o + c, _mm256_fmadd_ps(_mm256_set1_ps(sc[r][jj]), vv, _mm256_loadu_ps(st[r].o + c)));
+            }
+        }
+        j += run;
+    }
+}
+
+template <uint32_t DT>
+KVC_TARGET_AVX2 void split_avx2_any(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxState* st) {
+    switch (t.n) {
+    case 1: return split_avx2<DT, 1>(a, t, k0, st);
+    case 2: return split_avx2<DT, 2>(a, t, k0, st);
+    case 3: return split_avx2<DT, 3>(a, t, k0, st);
+    case 4: return split_avx2<DT, 4>(a, t, k0, st);
+    case 5: return split_avx2<DT, 5>(a, t, k0, st);
+    case 6: return split_avx2<DT, 6>(a, t, k0, st);
+    case 7: return split_avx2<DT, 7>(a, t, k0, st);
+    default: return split_avx2<DT, 8>(a, t, k0, st);
+    }
+}
+
+} // namespace
+
+SplitKernel split_kernel_avx2(uint32_t dtype) {
+    switch (dtype) {
+    case KVC_DTYPE_F16: return split_avx2_any<KVC_DTYPE_F16>;
+    case KVC_DTYPE_BF16: return split_avx2_any<KVC_DTYPE_BF16>;
+    default: return split_avx2_any<KVC_DTYPE_F32>;
+    }
+}
+
+SplitKernel split_kernel(uint32_t dtype, bool simd) {
+    return simd && cpu_has_avx2_f16c() ? split_kernel_avx2(dtype) : split_kernel_scalar(dtype);
+}
+
+} // namespace kvc::opt

@@ -1,0 +1,350 @@
+// The engine's boundary: every input is checked here, before anything changes, and every failure is a status with
+// a message. Kernels and the append path below assume valid input.
+#include "engine_impl.hpp"
+
+#include "attention.hpp"
+#include "simd.hpp"
+#include "thread_pool.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+namespace kvc::opt {
+namespace {
+
+constexpr uint32_t kMaxBlockSize = 65536;
+constexpr uint32_t kMaxLayers = 1024, kMaxHeads = 1024;
+
+// A failed call must leave the cache as it was, and exceptions must not cross the C ABI: every public method runs
+// its body through here.
+template <typename F>
+kvc_status guarded(Engine::Impl& im, F&& body) {
+    try {
+        return body();
+    } catch (const std::bad_alloc&) {
+        return im.fail(KVC_ERR_OUT_OF_MEMORY, "allocation failed");
+    } catch (...) {
+        return im.fail(KVC_ERR_INTERNAL, "unexpected exception");
+    }
+}
+
+} // namespace
+
+Engine::Impl::Impl(const kvc_config& c, const EngineOptions& o, uint32_t b, const PoolOptions& p)
+    : cfg(c), opt(o), block_size(b), pool(p) {}
+
+kvc_status Engine::Impl::fail(kvc_status status, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(error, sizeof error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions& o, kvc_status* status,
+                                       std::string* error) {
+    auto refuse = [&](kvc_status s, const std::string& why) -> std::unique_ptr<Engine> {
+        if (status) *status = s;
+        if (error) *error = why;
+        return nullptr;
+    };
+    if (c.struct_size < sizeof(kvc_config))
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "config.struct_size " + std::to_string(c.struct_size) +
+                                                    " is smaller than kvc_config of ABI 1.0 (" +
+                                                    std::to_string(sizeof(kvc_config)) + ")");
+    if (c.n_layers == 0 || c.n_q_heads == 0 || c.n_kv_heads == 0 || c.head_dim == 0 || c.max_seqs == 0)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "n_layers, n_q_heads, n_kv_heads, head_dim and max_seqs must be >= 1");
+    if (c.n_q_heads % c.n_kv_heads != 0)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "n_q_heads (" + std::to_string(c.n_q_heads) +
+                                                    ") is not a multiple of n_kv_heads (" +
+                                                    std::to_string(c.n_kv_heads) + ")");
+    if (c.cache_dtype > KVC_DTYPE_BF16)
+        return refuse(KVC_ERR_UNSUPPORTED, "cache_dtype " + std::to_string(c.cache_dtype) + " is not f32, f16 or bf16");
+    if (c.rope > KVC_ROPE_GPTJ)
+        return refuse(KVC_ERR_UNSUPPORTED, "rope variant " + std::to_string(c.rope) + " is unknown");
+    if (c.rope != KVC_ROPE_NONE && c.head_dim % 2 != 0)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "RoPE needs an even head_dim (got " + std::to_string(c.head_dim) + ")");
+    if (c.rope != KVC_ROPE_NONE && !(std::isfinite(c.rope_theta) && c.rope_theta > 0.0f))
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "rope_theta must be positive and finite");
+    if (!std::isfinite(c.scale)) return refuse(KVC_ERR_INVALID_ARGUMENT, "scale must be finite");
+    if (c.head_dim > kMaxHeadDim)
+        return refuse(KVC_ERR_UNSUPPORTED, "head_dim " + std::to_string(c.head_dim) + " exceeds max_head_dim " +
+                                               std::to_string(kMaxHeadDim));
+    if (c.n_layers > kMaxLayers || c.n_q_heads > kMaxHeads || c.n_kv_heads > kMaxHeads)
+        return refuse(KVC_ERR_UNSUPPORTED, "more layers or heads than the declared limits (1024)");
+
+    // The hint is a wish: 0 means "yours", and a very large one is capped.
+    const uint32_t b = c.block_size_hint == 0 ? kDefaultBlockSize : std::min(c.block_size_hint, kMaxBlockSize);
+    const uint32_t es = c.cache_dtype == KVC_DTYPE_F32 ? 4 : 2;
+    kvc_kv_layout g = kvc_kv_layout_make(b, c.n_kv_heads, c.head_dim, es);
+    PoolOptions p;
+    p.block_bytes = kvc_kv_block_bytes(&g);
+    p.dtype = c.cache_dtype;
+    p.seal = o.seal_full_blocks;
+    p.poison = o.poison_unused;
+    p.max_blocks = o.max_blocks;
+    try {
+        auto im = std::make_unique<Impl>(c, o, b, p);
+        im->cfg.block_size_hint = b;
+        im->elem_bytes = es;
+        im->padded = padded_dim(c.head_dim);
+        im->max_tokens = c.max_tokens == 0 ? UINT32_MAX : c.max_tokens; // 0: no limit but the 32-bit length
+        im->geometry = g;
+        im->rope = Rope(c.rope, c.rope_theta, c.head_dim);
+        im->simd = o.simd && cpu_has_avx2_f16c();
+        im->kernel = split_kernel(c.cache_dtype, im->simd);
+        if (status) *status = KVC_OK;
+        return std::unique_ptr<Engine>(new Engine(std::move(im)));
+    } catch (const std::bad_alloc&) {
+        return refuse(KVC_ERR_OUT_OF_MEMORY, "allocation failed");
+    }
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+const char* Engine::last_error() const { return impl_->error; }
+const kvc_config& Engine::config() const { return impl_->cfg; }
+uint32_t Engine::block_size() const { return impl_->block_size; }
+bool Engine::uses_simd() const { return impl_->simd; }
+kvc_kv_layout Engine::geometry() const { return impl_->geometry; }
+
+kvc_status Engine::append_attend(uint32_t seq, uint32_t layer, uint32_t n_new, const float* q, const float* k,
+                                 const float* v, float* out) {
+    const uint32_t offsets[2] = {0, n_new};
+    return guarded(*impl_, [&] { return impl_->run(layer, 1, &seq, offsets, q, k, v, out, true); });
+}
+
+kvc_status Engine::append(uint32_t seq, uint32_t layer, uint32_t n_new, const float* k, const float* v) {
+    const uint32_t offsets[2] = {0, n_new};
+    return guarded(*impl_, [&] { return impl_->run(layer, 1, &seq, offsets, nullptr, k, v, nullptr, false); });
+}
+
+kvc_status Engine::append_attend_batch(uint32_t layer, const kvc_batch* b) {
+    Impl& im = *impl_;
+    if (b == nullptr) return im.fail(KVC_ERR_INVALID_ARGUMENT, "append_attend_batch: batch is NULL");
+    if (b->struct_size < sizeof(kvc_batch))
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "append_attend_batch: batch.struct_size %u is too small",
+                       b->struct_size);
+    if (b->n_seqs == 0) return KVC_OK;
+    if (b->seq_ids == nullptr || b->token_offsets == nullptr)
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "append_attend_batch: seq_ids or token_offsets is NULL");
+    return guarded(im, [&] {
+        return im.run(layer, b->n_seqs, b->seq_ids, b->token_offsets, b->q, b->k, b->v, b->out, true);
+    });
+}
+
+kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* seq_ids, const uint32_t* offsets,
+                             const float* q, const float* k, const float* v, float* out, bool attend) {
+    const char* op = attend ? "append_attend" : "append";
+    // phase 1: check everything before anything changes
+    if (layer >= cfg.n_layers) return fail(KVC_ERR_INVALID_ARGUMENT, "%s: layer %u out of range (n_layers %u)", op, layer, cfg.n_layers);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n_seqs; ++i) {
+        const uint32_t seq = seq_ids[i];
+        if (seq >= cfg.max_seqs)
+            return fail(KVC_ERR_INVALID_ARGUMENT, "%s: sequence %u out of range (max_seqs %u)", op, seq, cfg.max_seqs);
+        if (offsets[i + 1] < offsets[i])
+            return fail(KVC_ERR_INVALID_ARGUMENT, "%s: token_offsets decrease at sequence index %u", op, i);
+        for (uint32_t j = 0; j < i; ++j)
+            if (seq_ids[j] == seq)
+                return fail(KVC_ERR_INVALID_ARGUMENT, "%s: sequence %u appears twice in one batch", op, seq);
+        const uint32_t n = offsets[i + 1] - offsets[i];
+        const Stream* s = find(seq, layer);
+        const uint64_t len = s ? s->length : 0;
+        if (len + n > max_tokens)
+            return fail(KVC_ERR_OUT_OF_MEMORY, "%s: %u new tokens on sequence %u layer %u (holding %llu) exceed max_tokens %llu",
+                        op, n, seq, layer, static_cast<unsigned long long>(len), static_cast<unsigned long long>(max_tokens));
+        total += n;
+    }
+    if (total == 0) return KVC_OK; // n_new == 0 is a no-op
+    if (k == nullptr || v == nullptr || (attend && (q == nullptr || out == nullptr)))
+        return fail(KVC_ERR_INVALID_ARGUMENT, "%s: q, k, v and out must not be NULL when tokens are appended", op);
+
+    // phase 2: blocks and scratch (may fail; nothing visible has changed yet)
+    uint64_t blocks = 0;
+    for (uint32_t i = 0; i < n_seqs; ++i)
+        if (const Stream* s = find(seq_ids[i], layer)) blocks += blocks_needed(*s, offsets[i + 1] - offsets[i]);
+        else blocks += (static_cast<uint64_t>(offsets[i + 1] - offsets[i]) + block_size - 1) / block_size;
+    if (!pool.reserve(blocks))
+        return fail(KVC_ERR_OUT_OF_MEMORY, "%s: out of blocks (%llu more needed, %llu in use%s)", op,
+                    static_cast<unsigned long long>(blocks), static_cast<unsigned long long>(pool.blocks_in_use()),
+                    opt.max_blocks ? ", block limit reached" : ", allocation failed");
+    const kvc_kv_layout l = layout(); // final block addresses: the pool does not grow again in this call
+    std::vector<Pending> pending(n_seqs);
+    for (uint32_t i = 0; i < n_seqs; ++i) {
+        const uint32_t n = offsets[i + 1] - offsets[i];
+        if (n == 0) continue;
+        auto it = seqs.find(seq_ids[i]);
+        if (it == seqs.end()) {
+            Sequence fresh;
+            fresh.layers.resize(cfg.n_layers);
+            it = seqs.emplace(seq_ids[i], std::move(fresh)).first;
+        }
+        Stream& s = it->second.layers[layer];
+        reserve_table(s, n);
+        pending[i] = Pending{&s, n, k + offsets[i] * row_elems(), v + offsets[i] * row_elems()};
+    }
+    std::vector<float> qrot;
+    std::vector<StreamCall> calls;
+    AttentionPlan plan;
+    if (attend) {
+        qrot.assign(total * cfg.n_q_heads * padded, 0.0f);
+        for (uint32_t i = 0; i < n_seqs; ++i) {
+            if (pending[i].n == 0) continue;
+            StreamCall c;
+            c.len_before = pending[i].stream->length;
+            c.n_new = pending[i].n;
+            c.q = qrot.data() + static_cast<uint64_t>(offsets[i] - offsets[0]) * cfg.n_q_heads * padded;
+            c.out = out + static_cast<uint64_t>(offsets[i]) * cfg.n_q_heads * cfg.head_dim;
+            calls.push_back(c);
+        }
+        AttentionShape shape;
+        shape.n_q_heads = cfg.n_q_heads;
+        shape.n_kv_heads = cfg.n_kv_heads;
+        shape.scale = cfg.scale;
+        shape.kernel = kernel;
+        shape.max_threads = opt.threads;
+        shape.layout = &l;
+        plan.build(shape, calls.data(), calls.size());
+    }
+
+    // phase 3: write K/V (cannot fail from here on); rotate the queries by their positions
+    for (uint32_t i = 0, c = 0; i < n_seqs; ++i) {
+        if (pending[i].n == 0) continue;
+        write(pending[i]);
+        if (!attend) continue;
+        calls[c].table = pending[i].stream->blocks.data();
+        const uint64_t first = offsets[i];
+        for (uint32_t t = 0; t < pending[i].n; ++t) {
+            double cs[kMaxHeadDim];
+            const uint64_t pos = calls[c].len_before + t;
+            if (rope.enabled()) rope.angles(pos, cs);
+            for (uint32_t h = 0; h < cfg.n_q_heads; ++h) {
+                float* dst = qrot.data() + ((first - offsets[0] + t) * cfg.n_q_heads + h) * padded;
+                std::memcpy(dst, q + ((first + t) * cfg.n_q_heads + h) * cfg.head_dim, cfg.head_dim * sizeof(float));
+                if (rope.enabled()) rope.apply(dst, cs);
+            }
+        }
+        ++c;
+    }
+    // phase 4: attention over what is now cached
+    if (attend) plan.run();
+    return KVC_OK;
+}
+
+kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
+    Impl& im = *impl_;
+    if (seq >= im.cfg.max_seqs)
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: sequence %u out of range (max_seqs %u)", seq, im.cfg.max_seqs);
+    if (layer >= im.cfg.n_layers)
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: layer %u out of range (n_layers %u)", layer, im.cfg.n_layers);
+    const Stream* s = im.find(seq, layer);
+    const uint64_t len = s ? s->length : 0;
+    if (static_cast<uint64_t>(pos) + n > len)
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: rows %u..%llu of sequence %u layer %u, which holds %llu",
+                       pos, static_cast<unsigned long long>(static_cast<uint64_t>(pos) + n) - 1, seq, layer,
+                       static_cast<unsigned long long>(len));
+    if (n == 0) return KVC_OK;
+    if (k_out == nullptr || v_out == nullptr) return im.fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: k_out or v_out is NULL");
+    const kvc_kv_layout l = im.layout();
+    const uint64_t row = l.row_bytes;
+    for (uint32_t i = 0; i < n; ++i)
+        for (uint32_t h = 0; h < im.cfg.n_kv_heads; ++h) {
+            const uint64_t dst = (static_cast<uint64_t>(i) * im.cfg.n_kv_heads + h) * row;
+            std::memcpy(static_cast<uint8_t*>(k_out) + dst, kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_K, h, 0), row);
+            std::memcpy(static_cast<uint8_t*>(v_out) + dst, kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_V, h, 0), row);
+        }
+    return KVC_OK;
+}
+
+kvc_status Engine::seq_length(uint32_t seq, uint32_t layer, uint32_t* length) {
+    Impl& im = *impl_;
+    if (seq >= im.cfg.max_seqs)
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: sequence %u out of range (max_seqs %u)", seq, im.cfg.max_seqs);
+    if (layer >= im.cfg.n_layers)
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: layer %u out of range (n_layers %u)", layer, im.cfg.n_layers);
+    if (length == nullptr) return im.fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: length is NULL");
+    const Stream* s = im.find(seq, layer);
+    *length = s ? s->length : 0;
+    return KVC_OK;
+}
+
+kvc_status Engine::memory(kvc_memory* out) {
+    Impl& im = *impl_;
+    if (out == nullptr) return im.fail(KVC_ERR_INVALID_ARGUMENT, "memory: out is NULL");
+    if (out->struct_size < sizeof(kvc_memory))
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "memory: struct_size %u is smaller than kvc_memory of ABI 1.0",
+                       out->struct_size);
+    uint64_t tokens = 0; // sum over (seq, layer) of length: a shared block counts for every sequence
+    for (const auto& [id, sq] : im.seqs)
+        for (const Stream& s : sq.layers) tokens += s.length;
+    const uint64_t capacity = im.pool.blocks_in_use() * im.pool.block_bytes(); // a shared block counts once
+    out->block_size = im.block_size;
+    out->live_bytes = 2 * tokens * im.row_elems() * im.elem_bytes;
+    out->capacity_bytes = capacity;
+    out->pool_bytes = im.pool.held_bytes() - capacity;
+    return KVC_OK;
+}
+
+kvc_status Engine::fork(uint32_t parent, uint32_t child) {
+    Impl& im = *impl_;
+    if (parent >= im.cfg.max_seqs || child >= im.cfg.max_seqs)
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "fork: sequence %u or %u out of range (max_seqs %u)", parent, child,
+                       im.cfg.max_seqs);
+    if (parent == child) return im.fail(KVC_ERR_INVALID_ARGUMENT, "fork: parent and child are both %u", parent);
+    if (auto c = im.seqs.find(child); c != im.seqs.end())
+        for (uint32_t l = 0; l < im.cfg.n_layers; ++l)
+            if (c->second.layers[l].length != 0)
+                return im.fail(KVC_ERR_INVALID_ARGUMENT, "fork: child %u is not empty (layer %u holds %u tokens)", child,
+                               l, c->second.layers[l].length);
+    return guarded(im, [&] {
+        auto p = im.seqs.find(parent);
+        if (p == im.seqs.end()) // the ABI forks started sequences only
+            return im.fail(KVC_ERR_INVALID_ARGUMENT, "fork: parent %u holds no tokens (never started or released)",
+                           parent);
+        Sequence copy = p->second;              // may throw: nothing has changed yet
+        auto c = im.seqs.try_emplace(child).first;
+        c->second = std::move(copy);
+        for (const Stream& s : c->second.layers) // full blocks and the partial last block are now shared
+            for (uint32_t id : s.blocks) im.pool.retain(id);
+        return KVC_OK;
+    });
+}
+
+kvc_status Engine::release(uint32_t seq) {
+    Impl& im = *impl_;
+    if (seq >= im.cfg.max_seqs)
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "release: sequence %u out of range (max_seqs %u)", seq, im.cfg.max_seqs);
+    auto it = im.seqs.find(seq);
+    if (it == im.seqs.end()) // the ABI releases started sequences only
+        return im.fail(KVC_ERR_INVALID_ARGUMENT, "release: sequence %u holds no tokens (never started or released)",
+                       seq);
+    for (const Stream& s : it->second.layers)
+        for (uint32_t id : s.blocks) im.pool.drop(id);
+    im.seqs.erase(it);
+    return KVC_OK;
+}
+
+kvc_status Engine::reserve_blocks(uint64_t n) {
+    Impl& im = *impl_;
+    if (!im.pool.reserve(n)) return im.fail(KVC_ERR_OUT_OF_MEMORY, "reserve_blocks: %llu blocks refused", static_cast<unsigned long long>(n));
+    return KVC_OK;
+}
+
+void Engine::shuffle_free_blocks(uint64_t seed) { impl_->pool.shuffle_free(seed); }
+void Engine::set_threads(unsigned threads) { impl_->opt.threads = threads; }
+
+const uint8_t* Engine::slot_address(uint32_t seq, uint32_t layer, uint64_t pos, uint32_t plane, uint32_t head) const {
+    const Impl& im = *impl_;
+    if (layer >= im.cfg.n_layers || plane > 1 || head >= im.cfg.n_kv_heads) return nullptr;
+    const Stream* s = im.find(seq, layer);
+    if (s == nullptr || pos >= static_cast<uint64_t>(s->blocks.size()) * im.block_size) return nullptr;
+    const kvc_kv_layout l = im.layout();
+    return kvc_kv_address(&l, s->blocks.data(), pos, plane, head, 0);
+}
+
+} // namespace kvc::opt

@@ -1,0 +1,81 @@
+// The engine's state: the block pool, one block table per (sequence, layer) stream, and the parts of a call.
+// engine.cpp checks input at the boundary and runs calls; append.cpp is the only code that writes K/V.
+#pragma once
+
+#include "kvcheck/optimized/engine.hpp"
+
+#include "attention_kernel.hpp"
+#include "block_pool.hpp"
+#include "rope.hpp"
+
+#include <cstdarg>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace kvc::opt {
+
+// One (sequence, layer): its rows live in blocks[pos / B], slot pos % B.
+// Invariant: blocks.size() == ceil(length / B); every slot below length was written exactly once.
+struct Stream {
+    std::vector<uint32_t> blocks;
+    uint32_t length = 0;
+};
+
+struct Sequence {
+    std::vector<Stream> layers; // [n_layers]
+};
+
+struct Engine::Impl {
+    kvc_config cfg{};
+    EngineOptions opt{};
+    uint32_t block_size = 0;
+    uint32_t elem_bytes = 0;
+    uint32_t padded = 0;     // head_dim rounded up to 8
+    uint64_t max_tokens = 0; // per stream
+    kvc_kv_layout geometry{};
+    BlockPool pool;
+    Rope rope;
+    SplitKernel kernel = nullptr;
+    bool simd = false;
+    std::unordered_map<uint32_t, Sequence> seqs; // sequences that hold (or held) tokens; absent = empty
+    char error[512] = "no error";
+
+    Impl(const kvc_config& c, const EngineOptions& o, uint32_t b, const PoolOptions& p);
+
+    // Records a message and returns status.
+    kvc_status fail(kvc_status status, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
+    // The layout with the pool's current block addresses (valid until the pool grows).
+    kvc_kv_layout layout() const {
+        kvc_kv_layout l = geometry;
+        l.block_base = pool.bases();
+        return l;
+    }
+    const Stream* find(uint32_t seq, uint32_t layer) const {
+        auto it = seqs.find(seq);
+        return it == seqs.end() ? nullptr : &it->second.layers[layer];
+    }
+    uint64_t row_elems() const { return static_cast<uint64_t>(cfg.n_kv_heads) * cfg.head_dim; }
+
+    // One call's new tokens for one stream (append.cpp).
+    struct Pending {
+        Stream* stream = nullptr;
+        uint32_t n = 0;
+        const float* k = nullptr; // [n][n_kv_heads][head_dim]
+        const float* v = nullptr;
+    };
+    // Blocks an append of n tokens to s takes from the pool: new blocks, plus a copy of a shared partial last block.
+    uint64_t blocks_needed(const Stream& s, uint32_t n) const;
+    // Makes room in s's table without taking blocks (may throw std::bad_alloc; changes nothing visible).
+    void reserve_table(Stream& s, uint32_t n) const;
+    // Copies a shared partial last block, takes the new blocks (after pool.reserve), writes the rows, seals every
+    // block it fills and advances length. Cannot fail.
+    void write(const Pending& p);
+
+    // The whole of append_attend / append_attend_batch / append once the call is known valid.
+    kvc_status run(uint32_t layer, uint32_t n_seqs, const uint32_t* seq_ids, const uint32_t* offsets, const float* q,
+                   const float* k, const float* v, float* out, bool attend);
+};
+
+} // namespace kvc::opt

@@ -1,0 +1,17 @@
+#include "simd.hpp"
+
+namespace kvc::opt {
+
+bool cpu_has_avx2_f16c() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool yes = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    }();
+    return yes;
+#else
+    return false;
+#endif
+}
+
+} // namespace kvc::opt

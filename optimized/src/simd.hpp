@@ -1,0 +1,14 @@
+// Which instruction set the kernels may use on this machine. Decided once, at run time, so the engine built with
+// AVX2/F16C kernels still runs (on the portable kernels) where those instructions are missing.
+#pragma once
+
+namespace kvc::opt {
+
+// True when the CPU executes AVX2, FMA and F16C (the only extensions our SIMD kernels use).
+bool cpu_has_avx2_f16c();
+
+// The attribute that compiles one function for AVX2/FMA/F16C while the rest of its file stays portable. Only
+// functions reached after cpu_has_avx2_f16c() said yes may carry it.
+#define KVC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+} // namespace kvc::opt
