@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 namespace kvc::prop {
 
@@ -109,6 +110,9 @@ const char* op_name(OpKind k) {
 template <typename T>
 T need(const nlohmann::json& j, const char* key) {
     if (!j.is_object() || !j.contains(key)) throw std::invalid_argument(std::string("case: missing field \"") + key + "\"");
+    if constexpr (std::is_integral_v<T>) // no silent wrap of -1, no truncation of 16.7
+        if (!j.at(key).is_number_unsigned())
+            throw std::invalid_argument(std::string("case: field \"") + key + "\" must be a non-negative integer");
     try {
         return j.at(key).get<T>();
     } catch (const nlohmann::json::exception&) {
@@ -164,6 +168,18 @@ Case case_from_json(const nlohmann::json& j) {
     if (c.cfg.n_layers == 0 || c.cfg.n_q_heads == 0 || c.cfg.n_kv_heads == 0 || c.cfg.head_dim == 0 ||
         c.cfg.max_seqs == 0 || c.cfg.n_q_heads % c.cfg.n_kv_heads != 0)
         throw std::invalid_argument("case: impossible config (zero size or n_q_heads not a multiple of n_kv_heads)");
+    const auto at_most = [](uint32_t v, uint32_t limit, const char* what) {
+        if (v > limit)
+            throw std::invalid_argument(std::string("case: ") + what + " " + std::to_string(v) + " exceeds " +
+                                        std::to_string(limit));
+    };
+    at_most(c.cfg.n_layers, 1024, "n_layers");
+    at_most(c.cfg.n_q_heads, 4096, "n_q_heads");
+    at_most(c.cfg.head_dim, 8192, "head_dim");
+    at_most(c.cfg.max_seqs, 4096, "max_seqs");
+    at_most(c.cfg.max_tokens, 1u << 20, "max_tokens");
+    if (c.cfg.rope != 0 && (c.cfg.head_dim % 2 != 0 || !(c.cfg.rope_theta > 0)))
+        throw std::invalid_argument("case: RoPE needs an even head_dim and a positive rope_theta");
     c.data_seed = need<uint64_t>(j, "data_seed");
     if (!j.contains("ops") || !j["ops"].is_array()) throw std::invalid_argument("case: missing array \"ops\"");
     for (const auto& o : j["ops"]) {
@@ -175,8 +191,11 @@ Case case_from_json(const nlohmann::json& j) {
         };
         if (k == "append" || k == "append_batch") {
             op.kind = k == "append" ? OpKind::Append : OpKind::AppendBatch;
-            for (const auto& a : need<nlohmann::json>(o, "appends"))
-                op.appends.push_back({check_seq(need<uint32_t>(a, "seq")), need<uint32_t>(a, "n_new")});
+            for (const auto& a : need<nlohmann::json>(o, "appends")) {
+                const uint32_t n_new = need<uint32_t>(a, "n_new");
+                if (n_new > c.cfg.max_tokens) throw std::invalid_argument("case: n_new exceeds max_tokens");
+                op.appends.push_back({check_seq(need<uint32_t>(a, "seq")), n_new});
+            }
             if (o.contains("layer_order")) op.layer_order = need<std::vector<uint32_t>>(o, "layer_order");
             std::vector<uint32_t> sorted = op.layer_order;
             std::sort(sorted.begin(), sorted.end());
@@ -195,7 +214,29 @@ Case case_from_json(const nlohmann::json& j) {
         }
         c.ops.push_back(op);
     }
+    check_script(c);
     return c;
+}
+
+void check_script(const Case& c) {
+    const auto lens = lengths_after_ops(c);
+    for (size_t i = 0; i < c.ops.size(); ++i) {
+        const Op& op = c.ops[i];
+        const std::string at = "case: op " + std::to_string(i) + ": ";
+        if (op.kind == OpKind::Fork && (lens[i][op.seq] == 0 || lens[i][op.child] != 0 || op.seq == op.child))
+            throw std::invalid_argument(at + "fork needs a started parent and an empty, different child");
+        if (op.kind == OpKind::Release && lens[i][op.seq] == 0)
+            throw std::invalid_argument(at + "release needs a started sequence");
+        std::vector<bool> seen(c.cfg.max_seqs, false);
+        for (const SeqAppend& a : op.appends) {
+            if (seen[a.seq]) throw std::invalid_argument(at + "a sequence appears twice in one batch");
+            seen[a.seq] = true;
+        }
+        if (op.kind == OpKind::AppendBatch && op.appends.empty())
+            throw std::invalid_argument(at + "an empty batch");
+        for (uint32_t len : lens[i + 1])
+            if (len > c.cfg.max_tokens) throw std::invalid_argument(at + "a sequence grows past max_tokens");
+    }
 }
 
 std::string describe(const Case& c) {

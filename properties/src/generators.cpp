@@ -33,28 +33,42 @@ rc::Gen<CaseConfig> config(const ConfigSpace& space) {
                if (dtypes.empty()) dtypes.push_back(KVC_DTYPE_F32);
                c.dtype = *rc::gen::elementOf(dtypes).as("dtype");
                c.rope = *rc::gen::elementOf(ropes).as("rope");
-               c.n_layers = *rc::gen::inRange<uint32_t>(space.min_layers, space.max_layers + 1).as("n_layers");
-               c.n_kv_heads = *rc::gen::inRange<uint32_t>(1u, space.large_queries ? 3u : 4u).as("n_kv_heads");
+               // sizes stay inside the declared limits (0 = none): a limit is not a capability to skip on
+               const auto cap = [](uint32_t want, uint32_t limit) { return limit ? std::min(want, limit) : want; };
+               const auto fits = [](std::vector<uint32_t> v, uint32_t limit) {
+                   if (limit) v.erase(std::remove_if(v.begin(), v.end(), [&](uint32_t x) { return x > limit; }), v.end());
+                   return v.empty() ? std::vector<uint32_t>{limit ? limit : 1u} : v;
+               };
+               const uint32_t max_layers = std::max(cap(space.max_layers, space.allow.max_layers), 1u);
+               c.n_layers = *rc::gen::inRange<uint32_t>(std::min(space.min_layers, max_layers), max_layers + 1)
+                                 .as("n_layers");
+               const uint32_t max_kv = std::max(cap(space.large_queries ? 2u : 3u, space.allow.max_kv_heads), 1u);
+               c.n_kv_heads = *rc::gen::inRange<uint32_t>(1u, max_kv + 1).as("n_kv_heads");
                uint32_t group = 1;
                if (space.force_gqa)
                    group = *rc::gen::elementOf(std::vector<uint32_t>{2, 3, 4, 5, 6, 7, 8}).as("gqa group size");
                else if (has(space.allow.features, KVC_FEATURE_GQA))
                    group = *rc::gen::elementOf(std::vector<uint32_t>{1, 1, 2, 3, 4}).as("gqa group size");
+               if (space.allow.max_q_heads) // shrink the group (then the KV heads) until the query heads fit
+                   while (c.n_kv_heads * group > space.allow.max_q_heads && (group > 1 || c.n_kv_heads > 1))
+                       group > 1 ? --group : --c.n_kv_heads;
                c.n_q_heads = c.n_kv_heads * group;
                if (space.large_queries) {
                    c.n_q_heads = std::max(c.n_q_heads, 4u);
                    c.n_q_heads -= c.n_q_heads % c.n_kv_heads;
                    if (!has(space.allow.features, KVC_FEATURE_GQA)) c.n_kv_heads = c.n_q_heads;
-                   c.head_dim = *rc::gen::elementOf(std::vector<uint32_t>{64, 96, 128}).as("head_dim");
+                   c.head_dim = *rc::gen::elementOf(fits({64, 96, 128}, space.allow.max_head_dim)).as("head_dim");
                } else if (c.rope != KVC_ROPE_NONE) {
-                   c.head_dim = *rc::gen::elementOf(std::vector<uint32_t>{2, 4, 6, 8, 16, 32, 64}).as("head_dim");
+                   c.head_dim =
+                       *rc::gen::elementOf(fits({2, 4, 6, 8, 16, 32, 64}, space.allow.max_head_dim)).as("head_dim");
                } else {
-                   c.head_dim = *rc::gen::elementOf(std::vector<uint32_t>{1, 3, 4, 5, 8, 16, 32, 64}).as("head_dim");
+                   c.head_dim =
+                       *rc::gen::elementOf(fits({1, 3, 4, 5, 8, 16, 32, 64}, space.allow.max_head_dim)).as("head_dim");
                }
                c.block_size_hint =
-                   *rc::gen::elementOf(std::vector<uint32_t>{0, 1, 2, 3, 5, 7, 8, 13, 16, 17, 32}).as("block_size_hint");
-               c.max_seqs = 6;
-               c.max_tokens = 200;
+                   *rc::gen::elementOf(std::vector<uint32_t>{0, 1, 2, 3, 5, 7, 8, 13, 16, 17, 32, 64}).as("block_size_hint");
+               c.max_seqs = cap(6, space.allow.max_seqs);
+               c.max_tokens = cap(200, space.allow.max_tokens);
                return c;
            })
         .as("config");
@@ -69,7 +83,7 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                const uint32_t cap = c.cfg.max_tokens;
                std::vector<uint32_t> len(c.cfg.max_seqs, 0);
                std::vector<bool> live(c.cfg.max_seqs, false);
-               for (uint32_t s = 0; s < ss.n_seqs; ++s) live[s] = true;
+               for (uint32_t s = 0; s < std::min(ss.n_seqs, c.cfg.max_seqs); ++s) live[s] = true;
                const uint32_t n_ops = *rc::gen::inRange<uint32_t>(ss.min_ops, ss.max_ops + 1).as("number of ops");
                uint32_t total = 0;
                auto draw_append = [&](uint32_t seq) {
@@ -108,10 +122,12 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                        len[op.seq] = 0; // stays usable: the next append restarts it
                    } else if (ss.batch && live_ids.size() > 1) {
                        op.kind = OpKind::AppendBatch;
-                       const uint32_t n = *rc::gen::inRange<uint32_t>(2, static_cast<uint32_t>(live_ids.size()) + 1)
-                                               .as("sequences in the batch");
-                       for (uint32_t k = 0; k < n; ++k) {
-                           const uint32_t s = live_ids[k];
+                       // a subset of the sequences in any order, so batch slot i is rarely sequence i
+                       std::vector<uint32_t> ids = live_ids; // shuffled (Fisher-Yates), then a prefix
+                       for (size_t k = ids.size() - 1; k > 0; --k)
+                           std::swap(ids[k], ids[*rc::gen::inRange<size_t>(0, k + 1).as("batch order")]);
+                       ids.resize(*rc::gen::inRange<size_t>(2, ids.size() + 1).as("sequences in the batch"));
+                       for (uint32_t s : ids) {
                            const uint32_t m = draw_append(s);
                            op.appends.push_back({s, m});
                            len[s] += m;

@@ -41,24 +41,31 @@ void naive_row(const float* q, const float* k, const float* v, uint32_t last, ui
     }
 }
 
+// RoPE as a plain float implementation does it: frequency, angle, cos and sin all in float. The naive baselines use
+// it, so the tolerance allows the error any ordinary f32 rotation makes (it grows with the position).
+void rope_in_float(float* x, uint32_t d, uint32_t pos, uint32_t variant, float theta) {
+    if (variant == KVC_ROPE_NONE) return;
+    const uint32_t half = d / 2;
+    for (uint32_t j = 0; j < half; ++j) {
+        const float inv_freq = std::pow(theta, -2.0f * static_cast<float>(j) / static_cast<float>(d));
+        const float angle = static_cast<float>(pos) * inv_freq;
+        const float c = std::cos(angle), s = std::sin(angle);
+        const uint32_t a = variant == KVC_ROPE_NEOX ? j : 2 * j, b = variant == KVC_ROPE_NEOX ? j + half : 2 * j + 1;
+        const float xa = x[a], xb = x[b];
+        x[a] = xa * c - xb * s;
+        x[b] = xa * s + xb * c;
+    }
+}
+
 } // namespace
 
-int64_t ulp_distance(const uint8_t* a, const uint8_t* b, uint32_t dtype) {
-    // map sign-magnitude bit patterns onto a line where neighbouring values differ by one
-    auto ordered = [dtype](const uint8_t* p) -> int64_t {
-        if (dtype == KVC_DTYPE_F32) {
-            uint32_t x;
-            std::memcpy(&x, p, 4);
-            const int64_t mag = x & 0x7FFFFFFFu;
-            return (x & 0x80000000u) ? -mag : mag;
-        }
-        uint16_t x;
-        std::memcpy(&x, p, 2);
-        const int64_t mag = x & 0x7FFF;
-        return (x & 0x8000) ? -mag : mag;
-    };
-    const int64_t d = ordered(a) - ordered(b);
-    return d < 0 ? -d : d;
+double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, uint32_t element) {
+    const double eps = cfg.dtype == KVC_DTYPE_F32 ? 0x1p-23 : cfg.dtype == KVC_DTYPE_F16 ? 0x1p-10 : 0x1p-7;
+    const double tiny = cfg.dtype == KVC_DTYPE_F16 ? 0x1p-24 : 0x1p-126;
+    const uint32_t d = cfg.head_dim, e = element % d, base = element - e;
+    const uint32_t partner = cfg.rope == KVC_ROPE_NEOX ? (e < d / 2 ? e + d / 2 : e - d / 2) : (e ^ 1u);
+    const double m = std::fabs(k_in[base + e]) + std::fabs(k_in[base + partner]);
+    return 16.0 * 0x1p-24 * m * (2.0 + pos) + 2.0 * eps * m + tiny;
 }
 
 void expected_stored_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out) {
@@ -104,7 +111,7 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
 
             // the naive computations rotate in float, as a plain implementation would
             qf.assign(qi, qi + d);
-            ref::apply_rope(qf.data(), static_cast<int>(d), before + i, as_rope(cfg.rope), cfg.rope_theta);
+            rope_in_float(qf.data(), d, before + i, cfg.rope, cfg.rope_theta);
             for (uint32_t x = 0; x < d; ++x) q16[x] = ref::round_to_dtype(qf[x], cfg.dtype);
             const size_t o = (static_cast<size_t>(i) * Hq + h) * d;
             naive_row(qf.data(), k.data() + g * d, v.data() + g * d, before + i, d, ld, cfg.scale(), false, cfg.dtype,

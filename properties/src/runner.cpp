@@ -43,14 +43,23 @@ int size_for(const RunSettings& s, int index) { // ramp 0..100 like rc::check
     return s.cases <= 1 ? 50 : static_cast<int>(static_cast<long>(index % s.cases) * 100 / (s.cases - 1));
 }
 
-rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, int index) {
-    return p.gen(full_caps())(rc::Random(case_seed(s.seed, p.id, index)), size_for(s, index));
+rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, int index, const kvc_caps* limits) {
+    kvc_caps allow = full_caps();
+    if (limits) {
+        allow.max_layers = limits->max_layers;
+        allow.max_q_heads = limits->max_q_heads;
+        allow.max_kv_heads = limits->max_kv_heads;
+        allow.max_head_dim = limits->max_head_dim;
+        allow.max_seqs = limits->max_seqs;
+        allow.max_tokens = limits->max_tokens;
+    }
+    return p.gen(allow)(rc::Random(case_seed(s.seed, p.id, index)), size_for(s, index));
 }
 
 } // namespace
 
-Case generate_case(const Property& p, const RunSettings& s, int index) {
-    return shrinkable_case(p, s, index).value();
+Case generate_case(const Property& p, const RunSettings& s, int index, const kvc_caps* limits) {
+    return shrinkable_case(p, s, index, limits).value();
 }
 
 CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
@@ -96,7 +105,7 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
 }
 
 CaseResult run_case(const Target& t, const Property& p, const RunSettings& s, int index) {
-    rc::Shrinkable<Case> current = shrinkable_case(p, s, index);
+    rc::Shrinkable<Case> current = shrinkable_case(p, s, index, &t.caps);
     CaseResult best = evaluate_case(t, p, current.value());
     best.id = case_id(p.id, index);
     best.seed = case_seed(s.seed, p.id, index);

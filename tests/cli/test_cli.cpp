@@ -166,6 +166,14 @@ int count_of(const nlohmann::json& report, const std::string& verdict) {
 // ---------------------------------------------------------------------------------------------------------------
 // Conformant implementations
 
+// A plugin for which no case of a core property can run has proven nothing: not conformant, and the table says why.
+TEST_F(Cli, NothingRunnableIsNotConformant) {
+    const Outcome r = kvcheck("validate " + plugin("declares_nothing") + " --profile core --cases 5");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    EXPECT_NE(r.out.find("NOT CONFORMANT (core property, no case ran)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("overall: NOT CONFORMANT"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, CorrectPluginIsConformant) {
     const Outcome r = kvcheck("validate " + plugin("correct") + " --cases 20 --report report.json --junit junit.xml");
     EXPECT_EQ(r.rc, 0) << r.all();
@@ -403,7 +411,23 @@ TEST_F(Cli, MalformedReplayFileIsBadInput) {
     std::ofstream(path("unknown.json")) << R"({"kvcheck_replay": 1, "property": "NOPE", "case": {}})";
     std::ofstream(path("badcase.json"))
         << R"({"kvcheck_replay": 1, "property": "EQUIV", "case": {"config": {"n_layers": 1}, "ops": []}})";
-    for (const char* f : {"garbage.json", "other.json", "unknown.json", "badcase.json", "missing.json"}) {
+    // numbers no cache could take, and scripts no cache could run: refused before any child starts
+    const std::string cfg = R"("config": {"n_layers": 1, "n_q_heads": 1, "n_kv_heads": 1, "head_dim": 4, "dtype": "f32",
+                                 "rope": "none", "block_size_hint": 0, "max_seqs": MAXSEQS, "max_tokens": 16,
+                                 "rope_theta": 10000}, "data_seed": 1)";
+    const auto replay_doc = [&](const std::string& max_seqs, const std::string& ops) {
+        std::string c = cfg;
+        c.replace(c.find("MAXSEQS"), 7, max_seqs);
+        return R"({"kvcheck_replay": 1, "property": "EQUIV", "case": {)" + c + R"(, "ops": )" + ops + "}}";
+    };
+    std::ofstream(path("huge.json")) << replay_doc("4000000000", "[]");
+    std::ofstream(path("negative.json")) << replay_doc("-1", "[]");
+    std::ofstream(path("release_empty.json")) << replay_doc("2", R"([{"op": "release", "seq": 0}])");
+    std::ofstream(path("too_long.json"))
+        << replay_doc("2", R"([{"op": "append", "appends": [{"seq": 0, "n_new": 10}]},
+                                {"op": "append", "appends": [{"seq": 0, "n_new": 10}]}])");
+    for (const char* f : {"garbage.json", "other.json", "unknown.json", "badcase.json", "missing.json", "huge.json",
+                          "negative.json", "release_empty.json", "too_long.json"}) {
         const Outcome r = kvcheck(std::string("replay ") + f + " " + plugin("correct"));
         EXPECT_EQ(r.rc, 2) << f << "\n" << r.all();
         EXPECT_NE(r.err.find(f), std::string::npos) << "the message names the file\n" << r.all();

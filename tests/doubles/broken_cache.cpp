@@ -30,6 +30,8 @@
 #define DOUBLE_HANG 9         // never returns when a sequence reaches 5 tokens: TIMEOUT
 #define DOUBLE_NEWER_ABI 10   // a table of ABI major version 2: refused at load
 #define DOUBLE_MISREPORT 11   // reports live bytes with n_q_heads instead of n_kv_heads: MEMORY
+#define DOUBLE_Q_HOARDER 12   // keeps every query (unreported heap) but never uses it: NO-Q's allocator watch
+#define DOUBLE_DECLARES_NOTHING 13 // declares no cache dtype, so every case is NOT_SUPPORTED: not conformant
 
 namespace {
 
@@ -58,7 +60,7 @@ kvc_status fail(Cache* c, kvc_status s, const std::string& m) {
 void get_caps(kvc_caps* out) {
     kvc_caps c{};
     c.struct_size = sizeof c;
-    c.dtypes = KVC_DOUBLE == DOUBLE_REWRITER ? 1u : 0x7u;
+    c.dtypes = KVC_DOUBLE == DOUBLE_REWRITER ? 1u : KVC_DOUBLE == DOUBLE_DECLARES_NOTHING ? 0u : 0x7u;
     c.features = KVC_FEATURE_GQA | KVC_FEATURE_FORK | KVC_FEATURE_RELEASE | KVC_FEATURE_CHUNKED;
     c.precision = KVC_DOUBLE == DOUBLE_F16_HONEST ? KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE : KVC_PRECISION_F32;
     c.memory_space = KVC_MEMORY_HOST;
@@ -116,6 +118,8 @@ kvc_status append_attend(kvc_cache* h, uint32_t seq, uint32_t layer, uint32_t n_
 
     const bool narrow = (KVC_DOUBLE == DOUBLE_F16_ACCUM || KVC_DOUBLE == DOUBLE_F16_HONEST);
     float nudge = 0.f;
+    if (KVC_DOUBLE == DOUBLE_Q_HOARDER) // the bug: a Q cache nobody reads, visible only as memory
+        c->past_q.insert(c->past_q.end(), q, q + static_cast<size_t>(n_new) * Hq * d);
     if (KVC_DOUBLE == DOUBLE_Q_KEEPER) { // the bug: remember queries, and let the past ones matter a little
         for (float x : c->past_q) nudge += x;
         nudge = 4e-7f * std::sin(nudge); // a few ulps, relative: inside every tolerance, never bitwise the same

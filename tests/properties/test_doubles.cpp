@@ -8,8 +8,22 @@ using kvc::testing::expect_caught_only_by;
 
 TEST(Doubles, CorrectControlPassesEverything) {
     const auto t = kvc::testing::load_implementation("double-correct");
-    for (const auto& p : kvc::prop::properties())
-        EXPECT_FALSE(kvc::testing::first_failure(t, p.id, 40).has_value()) << p.id;
+    for (const auto& p : kvc::prop::properties()) {
+        int passed = 0;
+        EXPECT_FALSE(kvc::testing::first_failure(t, p.id, 40, &passed).has_value()) << p.id;
+        if (p.feature == 0 || (t.caps.features & p.feature)) {
+            EXPECT_GT(passed, 0) << p.id << ": nothing ran";
+        }
+    }
+}
+
+// The allocator half of NO-Q on its own: a Q cache that never influences an output.
+TEST(Doubles, HoardingQueriesIsCaughtByNoQsAllocatorWatch) {
+    expect_caught_only_by("q_hoarder", "NO-Q", {"EQUIV", "CACHE-CONTENT", "APPEND-ONLY", "MEMORY"});
+    const auto t = kvc::testing::load_implementation("double-q_hoarder");
+    const auto r = kvc::testing::first_failure(t, "NO-Q", 60);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_NE(r->reason.find("hidden storage"), std::string::npos) << r->reason;
 }
 
 TEST(Doubles, KeepingPastQueriesIsCaughtByNoQ) {

@@ -226,7 +226,7 @@ prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
 CaseRun run_case_isolated(const prop::Target& t, const prop::Property& p, const prop::RunSettings& s, int index,
                           double timeout_s) {
     const auto body = [&](int fd) {
-        prop::CaseResult first = prop::evaluate_case(t, p, prop::generate_case(p, s, index));
+        prop::CaseResult first = prop::evaluate_case(t, p, prop::generate_case(p, s, index, &t.caps));
         first.id = prop::case_id(p.id, index);
         first.seed = prop::case_seed(s.seed, p.id, index);
         if (first.verdict != Verdict::Fail) {
@@ -241,7 +241,7 @@ CaseRun run_case_isolated(const prop::Target& t, const prop::Property& p, const 
     fresh.id = prop::case_id(p.id, index);
     fresh.property = p.id;
     fresh.seed = prop::case_seed(s.seed, p.id, index);
-    return {interpret(run, fresh, [&] { return prop::generate_case(p, s, index); }, timeout_s), run.output};
+    return {interpret(run, fresh, [&] { return prop::generate_case(p, s, index, &t.caps); }, timeout_s), run.output};
 }
 
 CaseRun replay_isolated(const prop::Target& t, const prop::Property& p, const prop::Case& c, const std::string& id,
@@ -387,9 +387,19 @@ int nonconformant(const int counts[kVerdictCount]) {
     return n;
 }
 
-std::string row_result(const int counts[kVerdictCount]) {
+// A core property whose every case was NOT_SUPPORTED tested nothing: that is no conformance claim.
+bool core_never_ran(const Row& r) {
+    const int total = sum(r.counts);
+    return prop::find_property(r.property)->core && total > 0 &&
+           r.counts[verdict_index(Verdict::NotSupported)] == total;
+}
+
+// judge_core: false for a shard, which may legitimately hold no runnable case of a property.
+std::string row_result(const Row& r, bool judge_core) {
+    const int* counts = r.counts;
     const int total = sum(counts);
     if (nonconformant(counts)) return "NOT CONFORMANT";
+    if (judge_core && core_never_ran(r)) return "NOT CONFORMANT (core property, no case ran)";
     if (total == 0) return "-";
     if (counts[verdict_index(Verdict::NotSupported)] == total) return "not supported";
     if (counts[verdict_index(Verdict::QualityWarning)]) return "ok (quality warnings)";
@@ -408,7 +418,7 @@ std::string counts_text(const int counts[kVerdictCount]) {
     return s.str();
 }
 
-std::string verdict_table(const std::vector<Row>& rows, bool with_label) {
+std::string verdict_table(const std::vector<Row>& rows, bool with_label, bool judge_core) {
     std::vector<std::vector<std::string>> cells;
     std::vector<std::string> head;
     if (with_label) head.push_back("implementation");
@@ -421,7 +431,7 @@ std::string verdict_table(const std::vector<Row>& rows, bool with_label) {
         if (with_label) line.push_back(r.label);
         line.push_back(r.property);
         for (int i = 0; i < kVerdictCount; ++i) line.push_back(std::to_string(r.counts[i]));
-        line.push_back(row_result(r.counts));
+        line.push_back(row_result(r, judge_core));
         cells.push_back(line);
     }
     std::vector<std::size_t> width(head.size(), 0);
@@ -606,19 +616,23 @@ int validate(ValidateOptions& o) {
             per_property.push_back({{"id", rows[i].property},
                                     {"core", prop::find_property(rows[i].property)->core},
                                     {"counts", c},
-                                    {"result", row_result(rows[i].counts)}});
+                                    {"result", row_result(rows[i], o.shard.empty())}});
         }
         nlohmann::json c;
         for (int v = 0; v < kVerdictCount; ++v) c[prop::verdict_name(kVerdicts[v])] = counts[v];
         impl["counts"] = c;
-        impl["conformant"] = nonconformant(counts) == 0;
+        bool untested_core = false;
+        for (std::size_t i = first_row; i < rows.size(); ++i)
+            untested_core = untested_core || (o.shard.empty() && core_never_ran(rows[i]));
+        impl["conformant"] = nonconformant(counts) == 0 && !untested_core;
         impl["properties"] = per_property;
         impl["cases"] = std::move(case_list);
         report["implementations"].push_back(std::move(impl));
     }
     progress.clear();
 
-    const bool ok = nonconformant(totals) == 0;
+    bool ok = nonconformant(totals) == 0;
+    for (const auto& impl : report["implementations"]) ok = ok && impl["conformant"].get<bool>();
     const int code = ok ? kExitOk : kExitNotConformant;
     nlohmann::json c;
     for (int v = 0; v < kVerdictCount; ++v) c[prop::verdict_name(kVerdicts[v])] = totals[v];
@@ -628,7 +642,7 @@ int validate(ValidateOptions& o) {
 
     std::cout << "\nverdict table (seed " << o.seed << ", profile " << o.profile << ", " << o.cases
               << " cases per property" << (o.shard.empty() ? "" : ", shard " + o.shard) << ")\n";
-    std::cout << verdict_table(rows, several);
+    std::cout << verdict_table(rows, several, o.shard.empty());
     if (several)
         for (const auto& impl : report["implementations"])
             std::cout << impl["label"].get<std::string>() << ": "

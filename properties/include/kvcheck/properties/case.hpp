@@ -60,7 +60,8 @@ std::vector<std::string> missing_caps(const kvc_caps& needed, const kvc_caps& ha
 std::vector<std::vector<uint32_t>> lengths_after_ops(const Case& c);
 
 nlohmann::json to_json(const Case& c);
-Case case_from_json(const nlohmann::json& j); // throws std::invalid_argument naming the bad field
+Case case_from_json(const nlohmann::json& j); // throws std::invalid_argument naming the bad field; checks the script
+void check_script(const Case& c);             // throws std::invalid_argument for a script no cache could run
 std::string describe(const Case& c);          // readable: config on one line, one line per op
 
 } // namespace kvc::prop

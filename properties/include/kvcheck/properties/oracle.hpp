@@ -31,8 +31,10 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
 // rounded to the cache dtype. k_in: [Hkv*d]; out: [Hkv*d] widened to float.
 void expected_stored_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out);
 
-// Distance in units in the last place between two finite stored values of the cache dtype (4 or 2 bytes each):
-// the bound CACHE-CONTENT allows between an implementation's rotated key and the long double rotation.
-int64_t ulp_distance(const uint8_t* a, const uint8_t* b, uint32_t dtype);
+// How far an implementation's own rotation of key element `element` (index into k_in: [Hkv*d]) at `pos` may lie
+// from the long double rotation, stored in the case's dtype: the rounding of the stored value plus what an
+// ordinary f32 rotation loses (angle pos * theta^(-2j/d), cos and sin in float), which grows with the position and
+// with the magnitude of the rotated pair, not of the result.
+double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, uint32_t element);
 
 } // namespace kvc::prop

@@ -43,8 +43,9 @@ struct RunSettings {
 std::string case_id(const std::string& property, int index);
 uint64_t case_seed(uint64_t run_seed, const std::string& property, int index);
 
-// The case `index` of `p` (drawn from every capability, so undeclared ones come out NOT_SUPPORTED).
-Case generate_case(const Property& p, const RunSettings& s, int index);
+// The case `index` of `p`, drawn from every capability (so undeclared ones come out NOT_SUPPORTED) but within the
+// size limits of `limits` when given (a limit is a size to respect, not a feature to skip on).
+Case generate_case(const Property& p, const RunSettings& s, int index, const kvc_caps* limits = nullptr);
 
 // Runs one given case (no shrinking). Never throws for anything the implementation does.
 CaseResult evaluate_case(const Target& t, const Property& p, const Case& c);

@@ -94,6 +94,6 @@ float input_value(uint64_t seed, uint32_t op, uint32_t seq, uint32_t layer, uint
                   uint32_t idx, uint32_t qstream = 0);
 
 // Slack for bookkeeping the allocator may show beyond reported K/V storage (block tables, handles).
-constexpr int64_t kHeapSlackBytes = 64 * 1024;
+constexpr int64_t kHeapSlackBytes = 32 * 1024;
 
 } // namespace kvc::prop
