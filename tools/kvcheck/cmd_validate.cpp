@@ -650,16 +650,15 @@ int validate(ValidateOptions& o) {
     std::cout << "overall: " << (ok ? "CONFORMANT" : "NOT CONFORMANT") << " (" << counts_text(totals) << "; seed "
               << o.seed << ")\n";
 
-    for (const auto& [path, text] : {std::pair<std::string, std::function<std::string()>>{
-                                         o.report, [&] { return dump_json(report, 2) + "\n"; }},
-                                     {o.junit, [&] { return junit_from_report(report); }}}) {
-        if (path.empty()) continue;
-        if (!write_file_atomically(path, text(), error)) {
-            std::cerr << "kvcheck: " << error << "\n";
-            return kExitInternal;
-        }
-        std::cout << "wrote " << path << "\n";
+    // both reports or neither: a half-written pair is as misleading as a half-written file
+    std::vector<std::pair<std::string, std::string>> files;
+    if (!o.report.empty()) files.emplace_back(o.report, dump_json(report, 2) + "\n");
+    if (!o.junit.empty()) files.emplace_back(o.junit, junit_from_report(report));
+    if (!files.empty() && !write_files_atomically(files, error)) {
+        std::cerr << "kvcheck: " << error << "\n";
+        return kExitInternal;
     }
+    for (const auto& f : files) std::cout << "wrote " << f.first << "\n";
     return code;
 }
 

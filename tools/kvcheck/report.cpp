@@ -173,28 +173,41 @@ std::string junit_from_report(const nlohmann::json& report) {
     return x.str();
 }
 
-bool write_file_atomically(const std::string& path, const std::string& content, std::string& error) {
-    const std::string tmp = path + ".tmp";
-    {
+bool write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files, std::string& error) {
+    // phase 1: every temporary file, complete; on any failure remove them all and touch no destination
+    std::vector<std::string> written;
+    const auto discard = [&] {
+        for (const std::string& t : written) std::remove(t.c_str());
+    };
+    for (const auto& [path, content] : files) {
+        const std::string tmp = path + ".tmp";
         std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
         if (!f) {
             error = "cannot create " + tmp + ": " + std::strerror(errno);
+            discard();
             return false;
         }
+        written.push_back(tmp);
         f.write(content.data(), static_cast<std::streamsize>(content.size()));
         f.close();
         if (!f) {
             error = "cannot write " + tmp;
-            std::remove(tmp.c_str());
+            discard();
             return false;
         }
     }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        error = "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno);
-        std::remove(tmp.c_str());
-        return false;
-    }
+    // phase 2: renames (within one directory each, so each is atomic)
+    for (size_t i = 0; i < files.size(); ++i)
+        if (std::rename(written[i].c_str(), files[i].first.c_str()) != 0) {
+            error = "cannot rename " + written[i] + " to " + files[i].first + ": " + std::strerror(errno);
+            for (size_t j = i; j < written.size(); ++j) std::remove(written[j].c_str());
+            return false;
+        }
     return true;
+}
+
+bool write_file_atomically(const std::string& path, const std::string& content, std::string& error) {
+    return write_files_atomically({{path, content}}, error);
 }
 
 bool can_create_file(const std::string& path, std::string& error) {

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kvc::cli {
 
@@ -27,6 +29,10 @@ std::string junit_from_report(const nlohmann::json& report);
 // Writes content to path through path + ".tmp" and rename(), so that path is either the complete new content or
 // untouched. On failure returns false with a message in `error` and leaves no temporary file behind.
 bool write_file_atomically(const std::string& path, const std::string& content, std::string& error);
+
+// Several files (a report and its JUnit form): all temporaries are written first, then renamed, so a failure while
+// writing leaves every destination untouched.
+bool write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files, std::string& error);
 
 // True when a file can be created at path (its directory exists and is writable); otherwise `error` says why.
 // Checked before a run starts, so a typo in --report does not cost a whole run.

@@ -511,12 +511,6 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
 
 // ---- reports ----
 
-// A report file, whole or not at all.
-void write_whole(const std::string& path, const std::string& content) {
-    std::string error;
-    if (!cli::write_file_atomically(path, content, error)) throw std::runtime_error(error);
-}
-
 std::string detail(const Graded& g) {
     std::string d = g.r.reason;
     if (g.step >= 0) d += " [step " + std::to_string(g.step) + "]";
@@ -593,8 +587,11 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
                                  {"vectors_seed", vectors.seed},
                                  {"summary", summary},
                                  {"exit_code", code}};
-            if (!o.report.empty()) write_whole(o.report, cli::dump_json(report, 1) + "\n");
-            if (!o.junit.empty()) write_whole(o.junit, cli::junit_from_report(report));
+            std::vector<std::pair<std::string, std::string>> files; // both or neither
+            if (!o.report.empty()) files.emplace_back(o.report, cli::dump_json(report, 1) + "\n");
+            if (!o.junit.empty()) files.emplace_back(o.junit, cli::junit_from_report(report));
+            std::string error;
+            if (!cli::write_files_atomically(files, error)) throw std::runtime_error(error);
         }
     } catch (const std::runtime_error& e) {
         err << "kvcheck grade: " << e.what() << "\n";
