@@ -4,6 +4,7 @@
 
 #include "kvcheck/abi.h"
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -129,6 +130,27 @@ private:
     const kvc_plugin_api* api_;
     std::unique_ptr<kvc_cache, detail::CacheDeleter> cache_;
 };
+
+// A filled kvc_config: struct_size set, every field named once. scale 0 means 1/sqrt(head_dim) (computed in float).
+inline kvc_config make_config(uint32_t n_layers, uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                              uint32_t cache_dtype, uint32_t max_seqs, uint32_t max_tokens,
+                              uint32_t rope = KVC_ROPE_NONE, uint32_t block_size_hint = 0, float scale = 0.0f,
+                              float rope_theta = 10000.0f) {
+    kvc_config c{};
+    c.struct_size = sizeof c;
+    c.n_layers = n_layers;
+    c.n_q_heads = n_q_heads;
+    c.n_kv_heads = n_kv_heads;
+    c.head_dim = head_dim;
+    c.cache_dtype = cache_dtype;
+    c.max_seqs = max_seqs;
+    c.max_tokens = max_tokens;
+    c.scale = scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+    c.rope = rope;
+    c.rope_theta = rope_theta;
+    c.block_size_hint = block_size_hint;
+    return c;
+}
 
 inline kvc_caps query_caps(const kvc_plugin_api* api) {
     kvc_caps caps{};

@@ -13,20 +13,8 @@ namespace kvc::prop {
 float CaseConfig::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
 
 kvc_config CaseConfig::to_abi() const {
-    kvc_config c{};
-    c.struct_size = sizeof c;
-    c.n_layers = n_layers;
-    c.n_q_heads = n_q_heads;
-    c.n_kv_heads = n_kv_heads;
-    c.head_dim = head_dim;
-    c.cache_dtype = dtype;
-    c.max_seqs = max_seqs;
-    c.max_tokens = max_tokens;
-    c.scale = scale();
-    c.rope = rope;
-    c.rope_theta = rope_theta;
-    c.block_size_hint = block_size_hint;
-    return c;
+    return make_config(n_layers, n_q_heads, n_kv_heads, head_dim, dtype, max_seqs, max_tokens, rope, block_size_hint,
+                       scale(), rope_theta);
 }
 
 std::vector<std::vector<uint32_t>> lengths_after_ops(const Case& c) {

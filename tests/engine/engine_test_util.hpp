@@ -49,20 +49,7 @@ struct Rng {
 inline kvc_config make_config(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t dtype,
                               uint32_t block, uint32_t rope = KVC_ROPE_NONE, uint32_t n_layers = 1,
                               uint32_t max_seqs = 8, uint32_t max_tokens = 1u << 20) {
-    kvc_config c{};
-    c.struct_size = sizeof c;
-    c.n_layers = n_layers;
-    c.n_q_heads = n_q_heads;
-    c.n_kv_heads = n_kv_heads;
-    c.head_dim = head_dim;
-    c.cache_dtype = dtype;
-    c.max_seqs = max_seqs;
-    c.max_tokens = max_tokens;
-    c.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    c.rope = rope;
-    c.rope_theta = 10000.0f;
-    c.block_size_hint = block;
-    return c;
+    return kvc::make_config(n_layers, n_q_heads, n_kv_heads, head_dim, dtype, max_seqs, max_tokens, rope, block);
 }
 
 inline std::unique_ptr<opt::Engine> make_engine(const kvc_config& c, const opt::EngineOptions& o = {}) {

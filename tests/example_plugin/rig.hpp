@@ -46,20 +46,8 @@ struct Shape {
     float theta = 10000.0f;
 
     kvc_config config() const {
-        kvc_config c{};
-        c.struct_size = sizeof c;
-        c.n_layers = n_layers;
-        c.n_q_heads = n_q_heads;
-        c.n_kv_heads = n_kv_heads;
-        c.head_dim = head_dim;
-        c.cache_dtype = dtype;
-        c.max_seqs = max_seqs;
-        c.max_tokens = max_tokens;
-        c.scale = scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
-        c.rope = rope;
-        c.rope_theta = theta;
-        c.block_size_hint = 0;
-        return c;
+        return kvc::make_config(n_layers, n_q_heads, n_kv_heads, head_dim, dtype, max_seqs, max_tokens, rope, 0,
+                                scale, theta);
     }
 
     // Readable and usable as a gtest parameter name: f16_neox_q4kv2_d8
