@@ -6,6 +6,7 @@
 #include "kvcheck/golden/validate.hpp"
 
 #include "files.hpp"
+#include "strict_json.hpp"
 
 #include <memory>
 
@@ -36,7 +37,7 @@ json to_json(const Value& v, long double divisor) {
 std::string regen_text(const std::string& name, const std::string& text, const Oracle& oracle) {
     json doc;
     try {
-        doc = json::parse(text);
+        doc = parse_strict(text);
     } catch (const json::exception& ex) {
         throw FormatError("", std::string("not valid JSON: ") + ex.what());
     }
@@ -55,6 +56,7 @@ std::string regen_text(const std::string& name, const std::string& text, const O
 std::vector<RegenResult> regen_dir(const std::filesystem::path& dir, std::string& internal_error) {
     std::vector<RegenResult> results;
     const auto files = golden_files(dir); // throws std::runtime_error: the caller reports bad input
+    remove_leftover_temporaries(dir);     // of a regen that was killed before its renames
     std::unique_ptr<Oracle> oracle;
     try {
         oracle = std::make_unique<Oracle>();
@@ -62,22 +64,38 @@ std::vector<RegenResult> regen_dir(const std::filesystem::path& dir, std::string
         internal_error = std::string("the reference oracle failed: ") + ex.what();
         return results;
     }
+    // Everything is computed and checked before anything is written: one bad file leaves the whole set as it was.
+    std::vector<Rewrite> rewrites;
+    std::vector<size_t> rewritten; // index into results of each rewrite
+    bool refused = false;
     for (const auto& f : files) {
         RegenResult r;
         r.file = f.filename().string();
         std::string text;
-        if (!read_file(f, text)) {
-            r.error = "cannot read the file";
+        if (std::string why = replace_refusal(f); !why.empty()) {
+            r.error = why;
+        } else if (std::string why = read_file(f, text); !why.empty()) {
+            r.error = why;
         } else {
             try {
                 const std::string fresh = regen_text(r.file, text, *oracle);
                 r.changed = fresh != text;
-                if (r.changed && !write_file(f, fresh)) r.error = "cannot write the file";
+                if (r.changed) {
+                    rewrites.push_back({f, fresh});
+                    rewritten.push_back(results.size());
+                }
             } catch (const FormatError& ex) {
                 r.error = describe(ex);
             }
         }
+        refused = refused || !r.error.empty();
         results.push_back(r);
+    }
+    if (refused || rewrites.empty()) return results;
+    const std::string err = write_set(dir, rewrites);
+    for (size_t i : rewritten) {
+        if (err.empty()) results[i].written = true;
+        else results[i].error = "cannot write the regenerated set: " + err;
     }
     return results;
 }

@@ -5,6 +5,7 @@
 #include "kvcheck/golden/validate.hpp"
 
 #include "files.hpp"
+#include "strict_json.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -71,7 +72,7 @@ FileReport verify_text(const std::string& name, const std::string& text, const O
     FileReport r;
     r.file = name;
     try {
-        const GoldenFile g = parse_golden(json::parse(text), name, /*need_computed=*/true);
+        const GoldenFile g = parse_golden(parse_strict(text), name, /*need_computed=*/true);
         // All entries must be known before any is counted: a malformed file reports nothing else.
         for (const Entry& e : g.entries) {
             const Value* v = oracle.find(e.quantity);
@@ -113,17 +114,17 @@ Report verify_dir(const std::filesystem::path& dir) {
     std::set<std::string> named;
     for (const auto& f : files) {
         std::string text;
-        if (!read_file(f, text)) {
+        if (std::string why = read_file(f, text); !why.empty()) {
             FileReport r;
             r.file = f.filename().string();
-            r.malformed = "cannot read the file";
+            r.malformed = why;
             report.files.push_back(r);
             continue;
         }
         report.files.push_back(verify_text(f.filename().string(), text, *oracle));
         // which quantities the directory covers, to notice a missing file or entry
         try {
-            const json doc = json::parse(text);
+            const json doc = parse_strict(text);
             for (const auto& e : doc.at("entries")) named.insert(e.at("quantity").get<std::string>());
         } catch (const std::exception&) { // already reported as malformed
         }

@@ -1,5 +1,5 @@
 /*
- * kvcheck plugin ABI, version 1.0 — the one interface every KV-cache implementation under test speaks.
+ * kvcheck plugin ABI, version 1.1 — the one interface every KV-cache implementation under test speaks.
  *
  * The harness talks to an implementation only through this header: it appends K/V, attends with Q, reads the cache
  * back and asks how many bytes are held. Coordinates are logical (sequence, layer, position, KV head, dim); the
@@ -17,6 +17,14 @@
  *  - Tensors are dense, row-major, little-endian. Inputs q, k, v and outputs are float32 whatever the cache dtype.
  *  - A sequence id is any value below config.max_seqs. A sequence starts empty in every layer; appending to an empty
  *    sequence starts it; release empties it again. Each (sequence, layer) is its own append-only stream of rows.
+ *  - A *started* sequence is one in which at least one layer holds at least one row (appending n_new == 0 starts
+ *    nothing). fork needs a started parent and a child that holds no row in any layer; release needs a started
+ *    sequence. Layers of a started sequence may hold different numbers of rows (the harness appends layer by layer).
+ *  - Every call, create() and destroy() included, is inside the allocator watch of property NO-Q: whatever create()
+ *    allocates counts, and must be reported (K/V storage as capacity/pool, everything else as workspace_bytes).
+ *
+ * ABI 1.1 appended: kvc_caps.head_dim_multiple, head_dim_multiple_rope and pipeline (the declared rounding
+ * pipeline), kvc_memory.workspace_bytes. A 1.0 plugin still loads: its shorter structs read as zeros there.
  */
 #ifndef KVCHECK_ABI_H
 #define KVCHECK_ABI_H
@@ -29,7 +37,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_VERSION_MAJOR 1u
-#define KVC_ABI_VERSION_MINOR 0u
+#define KVC_ABI_VERSION_MINOR 1u
 #define KVC_ENTRY_SYMBOL "kvcheck_plugin_entry"
 
 /* Result of every fallible call. On anything but KVC_OK, last_error() says what happened in words. */
@@ -54,6 +62,34 @@ typedef enum kvc_precision {
        production CPU kernels do for small query batches. Equal to KVC_PRECISION_F32 for an f32 cache. */
     KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE = 1
 } kvc_precision;
+
+/* ABI 1.1: the dtype one stage of the attention arithmetic rounds its values to (kvc_pipeline). */
+typedef enum kvc_round {
+    KVC_ROUND_F32 = 0,   /* f32 (or wider): the stage rounds as f32 arithmetic does */
+    KVC_ROUND_F16 = 1,   /* IEEE half */
+    KVC_ROUND_BF16 = 2,  /* bfloat16 */
+    KVC_ROUND_CACHE = 3  /* whatever the config's cache dtype is (f32 for an f32 cache) */
+} kvc_round;
+
+/* ABI 1.1: where an implementation's attention arithmetic rounds, stage by stage (kvc_round each). The harness
+   derives the tolerance from it (docs/tolerance.md): an implementation is graded for the pipeline it declares, and
+   a pipeline that claims more precision than the arithmetic has fails. All zeros = f32 everywhere. */
+typedef struct kvc_pipeline {
+    uint32_t q;      /* the query is rounded to this before anything else (before RoPE) */
+    uint32_t rope;   /* cos/sin tables and the rotation arithmetic of q (angles pos*theta^(-2j/d) in f32) */
+    uint32_t scores; /* q.k*scale: dot products accumulate in f32 at least, the score is rounded to this */
+    uint32_t probs;  /* exp(s - max), or the normalized probabilities, rounded to this */
+    uint32_t accum;  /* the V accumulator: every partial sum, rescale and split-KV partial is rounded to this
+                        (the softmax denominator is summed in f32 in every pipeline: in 16 bits it stagnates) */
+    uint32_t output; /* the output row is rounded to this before it is written (as f32) */
+    uint32_t flags;  /* KVC_PIPELINE_* */
+} kvc_pipeline;
+
+/* kvc_pipeline.flags */
+#define KVC_PIPELINE_DECLARED (1u << 0) /* the pipeline is declared: it replaces kvc_caps.precision */
+/* The rows a call appends are attended as given (f32, rotated) while the cache stores them rounded to its dtype.
+   Outputs then depend on how a prompt is split into calls; the report says so. */
+#define KVC_PIPELINE_NEW_ROWS_UNROUNDED (1u << 1)
 
 /* Where an implementation keeps the cache, so the harness knows which allocator to watch. */
 typedef enum kvc_memory_space { KVC_MEMORY_HOST = 0, KVC_MEMORY_DEVICE = 1 } kvc_memory_space;
@@ -81,6 +117,10 @@ typedef struct kvc_caps {
     uint32_t max_head_dim;
     uint32_t max_seqs;
     uint32_t max_tokens; /* per sequence */
+    /* ---- ABI 1.1 ---- */
+    uint32_t head_dim_multiple;      /* head_dim must be a multiple of this; 0 or 1: any head_dim */
+    uint32_t head_dim_multiple_rope; /* the same when config.rope != NONE; 0: head_dim_multiple applies */
+    kvc_pipeline pipeline;           /* used when pipeline.flags has KVC_PIPELINE_DECLARED; else `precision` */
 } kvc_caps;
 
 typedef struct kvc_config {
@@ -99,7 +139,8 @@ typedef struct kvc_config {
 } kvc_config;
 
 /* Memory as the implementation reports it. MEMORY checks these numbers against the formula; NO-Q checks that the
-   allocator's growth (heap for HOST, device memory for DEVICE) is explained by capacity_bytes + pool_bytes.
+   allocator's growth (heap for HOST, device memory for DEVICE) is explained by capacity_bytes + pool_bytes +
+   workspace_bytes, that workspace_bytes stays constant, and that growth while appending follows reported storage.
    Fork shares storage: a block shared by two sequences counts once in capacity_bytes, twice in live_bytes. */
 typedef struct kvc_memory {
     uint32_t struct_size;
@@ -108,6 +149,9 @@ typedef struct kvc_memory {
     uint64_t capacity_bytes; /* K/V storage in blocks that hold live tokens, partly filled last blocks included */
     uint64_t pool_bytes;     /* K/V storage held but holding no live token: preallocated pools, free lists,
                                 alignment padding, growth reserve */
+    /* ---- ABI 1.1 ---- */
+    uint64_t workspace_bytes; /* everything else held: block tables, score buffers, split-KV partials. A constant
+                                 from create() on (at most 256 MiB): it must not grow with the tokens appended */
 } kvc_memory;
 
 /* Several sequences in one call; their new tokens are packed back to back (CSR form). */
@@ -156,13 +200,14 @@ typedef struct kvc_plugin_api {
 
     kvc_status (*memory)(kvc_cache* cache, kvc_memory* out);
 
-    /* OPTIONAL (KVC_FEATURE_FORK): child (empty) becomes a sequence sharing every layer's rows of parent. The parent
-       must hold rows (a started sequence); otherwise KVC_ERR_INVALID_ARGUMENT. */
+    /* OPTIONAL (KVC_FEATURE_FORK): child (empty in every layer) becomes a sequence sharing every layer's rows of
+       parent, layer by layer (layers may differ in length). The parent must be started (some layer holds a row);
+       otherwise KVC_ERR_INVALID_ARGUMENT. */
     kvc_status (*fork)(kvc_cache* cache, uint32_t parent, uint32_t child);
 
-    /* OPTIONAL (KVC_FEATURE_RELEASE): seq (a started sequence) becomes empty; its storage may be reused, and the
-       next append starts it again from position 0. Releasing a sequence that holds no rows is
-       KVC_ERR_INVALID_ARGUMENT. */
+    /* OPTIONAL (KVC_FEATURE_RELEASE): seq (a started sequence: some layer holds a row) becomes empty in every
+       layer; its storage may be reused, and the next append starts it again from position 0. Releasing a sequence
+       that holds no row in any layer is KVC_ERR_INVALID_ARGUMENT. */
     kvc_status (*release)(kvc_cache* cache, uint32_t seq);
 } kvc_plugin_api;
 

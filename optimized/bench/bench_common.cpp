@@ -138,11 +138,16 @@ void report(const std::string& what, double value, const std::string& goal, cons
     lines().push_back({what, goal, note, value});
 }
 
+void print_machine() {
+    std::printf("kvcheck_bench on %s (%u threads), kernels %s\n", cpu_model().c_str(),
+                std::thread::hardware_concurrency(), opt::kernel_isa());
+}
+
 void print_summary() {
     std::string load = "?";
     std::ifstream("/proc/loadavg") >> load; // other work on the machine takes cores from the compute-bound side
-    std::printf("\nkvcheck_bench summary (%s, %u threads, load average %s; ratios measured inside this run)\n",
-                cpu_model().c_str(), std::thread::hardware_concurrency(), load.c_str());
+    std::printf("\nkvcheck_bench summary (%s, kernels %s, %u threads, load average %s; ratios measured inside this run)\n",
+                cpu_model().c_str(), opt::kernel_isa(), std::thread::hardware_concurrency(), load.c_str());
     for (const Line& l : lines())
         std::printf("  %-58s %8.3f  %-10s %s\n", l.what.c_str(), l.value, l.goal.c_str(), l.note.c_str());
 }

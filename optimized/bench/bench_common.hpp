@@ -39,5 +39,7 @@ kvc_config config(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, ui
 // One line of the closing summary: what was measured, the ratio, its goal ("" when there is none) and a note.
 void report(const std::string& what, double value, const std::string& goal, const std::string& note);
 void print_summary();
+// The CPU model (/proc/cpuinfo) and the instruction set of the kernels, before the table.
+void print_machine();
 
 } // namespace kvc::bench

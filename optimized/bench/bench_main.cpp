@@ -5,6 +5,7 @@
 int main(int argc, char** argv) {
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    kvc::bench::print_machine();
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     kvc::bench::print_summary();

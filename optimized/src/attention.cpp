@@ -45,20 +45,36 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
     ml_.resize(states * 2);
     o_.resize(states * dq_);
 
+    threads_ = bytes_to_read < kParallelMinBytes ? 1 : shape.max_threads;
+    // Spread items take groups of KV heads: as many as fit in one kernel call, halved while there would be fewer
+    // than 4 items per thread (a single short sequence still spreads over every core). Results do not depend on
+    // the grouping: a row's operations are the same in any group.
+    const unsigned threads = threads_ == 1 ? 1 : ThreadPool::instance().concurrency();
+    uint32_t widest = 1; // the widest tile of any spread stream bounds the heads of one kernel call
+    uint64_t segments = 0;
+    for (const StreamPlan& p : plans_)
+        if (p.spread) {
+            widest = std::max(widest, std::min<uint32_t>(p.rows, kTileRows));
+            segments += p.segments;
+        }
+    uint32_t group_heads = shape.group_heads ? std::min(shape.n_kv_heads, max_call_heads(static_cast<int>(widest))) : 1;
+    while (group_heads > 1 && segments * ceil_div(shape.n_kv_heads, group_heads) < 4ull * threads)
+        group_heads = (group_heads + 1) / 2;
     for (size_t s = 0; s < n_streams; ++s) {
         const StreamPlan& p = plans_[s];
-        for (uint32_t h = 0; h < shape.n_kv_heads; ++h) {
-            if (p.spread) {
-                for (uint32_t g = 0; g < p.segments; ++g) items_.push_back({static_cast<uint32_t>(s), h, g, true});
-                folds_.push_back(static_cast<uint32_t>(s) * shape.n_kv_heads + h);
-            } else {
-                // last tiles first: under the causal mask they see the most keys, so big items start early
-                for (uint32_t t = ceil_div(p.rows, kTileRows); t-- > 0;)
-                    items_.push_back({static_cast<uint32_t>(s), h, t, false});
+        if (p.spread) {
+            for (uint32_t h = 0; h < shape.n_kv_heads; h += group_heads) {
+                const uint32_t nh = std::min(group_heads, shape.n_kv_heads - h);
+                for (uint32_t g = 0; g < p.segments; ++g) items_.push_back({static_cast<uint32_t>(s), h, nh, g, true});
             }
+            for (uint32_t h = 0; h < shape.n_kv_heads; ++h) folds_.push_back(static_cast<uint32_t>(s) * shape.n_kv_heads + h);
+        } else {
+            // last tiles first: under the causal mask they see the most keys, so big items start early
+            for (uint32_t h = 0; h < shape.n_kv_heads; ++h)
+                for (uint32_t t = ceil_div(p.rows, kTileRows); t-- > 0;)
+                    items_.push_back({static_cast<uint32_t>(s), h, 1, t, false});
         }
     }
-    threads_ = bytes_to_read < kParallelMinBytes ? 1 : shape.max_threads;
 }
 
 void AttentionPlan::run() {
@@ -96,39 +112,47 @@ RowTile AttentionPlan::tile_of(uint32_t stream, uint32_t kv_head, uint32_t first
     return t;
 }
 
-// spread: the states of one segment for every row of (stream, KV head), into the scratch. Splits outside, tiles
-// inside: with more than 8 query heads per KV head, the second tile finds the split's K/V still in cache.
+// spread: the states of one segment for every row of (stream, KV heads of the item), into the scratch. Splits
+// outside, tiles inside: with more than 8 query heads per KV head, the second tile finds the split's K/V in cache.
 void AttentionPlan::spread_item(const Item& it) {
     const StreamCall& sc = streams_[it.stream];
     const StreamPlan& p = plans_[it.stream];
-    const SplitArgs args{shape_.layout, sc.table, it.kv_head, shape_.scale};
-    alignas(32) float split_o[kTileRows][kMaxHeadDim];
-    SoftmaxState split[kTileRows];
-    for (int r = 0; r < kTileRows; ++r) split[r].o = split_o[r];
-    auto state_index = [&](uint32_t rho) {
-        return p.state_base + (static_cast<size_t>(it.kv_head) * p.rows + rho) * p.segments + it.index;
+    alignas(32) float split_o[kMaxCallRows][kMaxHeadDim];
+    SoftmaxState split[kMaxCallRows * kTileRows]; // [head][row]: only the first max_call_heads(n) heads are used
+    auto state_index = [&](uint32_t kv_head, uint32_t rho) {
+        return p.state_base + (static_cast<size_t>(kv_head) * p.rows + rho) * p.segments + it.index;
     };
-    for (uint32_t rho = 0; rho < p.rows; ++rho) { // every row's segment state starts empty
-        SoftmaxState seg{0.0f, 0.0f, o_.data() + state_index(rho) * dq_};
-        state_clear(seg, static_cast<int>(dq_));
-        ml_[2 * state_index(rho)] = seg.m;
-        ml_[2 * state_index(rho) + 1] = seg.l;
-    }
+    for (uint32_t h = it.kv_head; h < it.kv_head + it.n_heads; ++h)
+        for (uint32_t rho = 0; rho < p.rows; ++rho) { // every row's segment state starts empty
+            SoftmaxState seg{0.0f, 0.0f, o_.data() + state_index(h, rho) * dq_};
+            state_clear(seg, static_cast<int>(dq_));
+            ml_[2 * state_index(h, rho)] = seg.m;
+            ml_[2 * state_index(h, rho) + 1] = seg.l;
+        }
     const uint32_t max_limit = sc.len_before + sc.n_new; // the stream's last row sees every key
+    RowTile tiles[kMaxCallRows];
     for (uint32_t sp = 0; sp < kSegmentSplits; ++sp) {
         const uint32_t k0 = it.index * kSegmentKeys + sp * kSplitKeys;
         if (k0 >= max_limit) break; // every later split is empty for every row
         for (uint32_t first = 0; first < p.rows; first += kTileRows) {
             const uint32_t n = std::min<uint32_t>(kTileRows, p.rows - first);
-            const RowTile tile = tile_of(it.stream, it.kv_head, first, n);
-            if (k0 >= tile.limit[n - 1]) continue; // rows are in token order: the last sees the most keys
-            shape_.kernel(args, tile, k0, split);
-            for (uint32_t r = 0; r < n; ++r) {
-                const size_t idx = state_index(first + r);
-                SoftmaxState seg{ml_[2 * idx], ml_[2 * idx + 1], o_.data() + idx * dq_};
-                state_merge(seg, split[r], static_cast<int>(dq_));
-                ml_[2 * idx] = seg.m;
-                ml_[2 * idx + 1] = seg.l;
+            const uint32_t per_call = max_call_heads(static_cast<int>(n));
+            for (uint32_t h0 = it.kv_head; h0 < it.kv_head + it.n_heads; h0 += per_call) {
+                const uint32_t nh = std::min(per_call, it.kv_head + it.n_heads - h0);
+                for (uint32_t h = 0; h < nh; ++h) tiles[h] = tile_of(it.stream, h0 + h, first, n);
+                if (k0 >= tiles[0].limit[n - 1]) continue; // rows are in token order: the last sees the most keys
+                for (uint32_t h = 0; h < nh; ++h)
+                    for (uint32_t r = 0; r < n; ++r) split[h * kTileRows + r].o = split_o[h * n + r];
+                const SplitArgs args{shape_.layout, sc.table, h0, shape_.scale};
+                shape_.kernel(args, nh, tiles, k0, split);
+                for (uint32_t h = 0; h < nh; ++h)
+                    for (uint32_t r = 0; r < n; ++r) {
+                        const size_t idx = state_index(h0 + h, first + r);
+                        SoftmaxState seg{ml_[2 * idx], ml_[2 * idx + 1], o_.data() + idx * dq_};
+                        state_merge(seg, split[h * kTileRows + r], static_cast<int>(dq_));
+                        ml_[2 * idx] = seg.m;
+                        ml_[2 * idx + 1] = seg.l;
+                    }
             }
         }
     }
@@ -176,7 +200,7 @@ void AttentionPlan::tiled_item(const Item& it) {
         for (uint32_t sp = 0; sp < kSegmentSplits; ++sp) {
             const uint32_t k0 = g * kSegmentKeys + sp * kSplitKeys;
             if (k0 >= max_limit) break;
-            shape_.kernel(args, tile, k0, split);
+            shape_.kernel(args, 1, &tile, k0, split);
             for (uint32_t r = 0; r < n; ++r) state_merge(seg[r], split[r], static_cast<int>(dq_));
         }
         for (uint32_t r = 0; r < n; ++r) state_merge(acc[r], seg[r], static_cast<int>(dq_));

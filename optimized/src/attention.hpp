@@ -8,8 +8,9 @@
 // the chunking of the prompt or the number of threads, so a row's output is bitwise reproducible.
 //
 // Two plans compute exactly that:
-//  - spread  (few new tokens: decode): one work item per (stream, KV head, segment) writes segment states to
-//    scratch; a second pass folds them per row. Long contexts keep every core busy even for one sequence.
+//  - spread  (few new tokens: decode): one work item per (stream, group of KV heads, segment) writes segment states
+//    to scratch; a second pass folds them per row. Long contexts keep every core busy even for one sequence
+//    (split-KV), and a group walks each block's heads together while the block is hot.
 //  - tiled   (many new tokens: prefill): one work item per (stream, KV head, tile of 8 rows) folds its segments
 //    itself. Scratch stays small however long the prompt.
 #pragma once
@@ -38,6 +39,7 @@ struct AttentionShape {
     float scale = 1.0f;
     SplitKernel kernel = nullptr;
     unsigned max_threads = 0; // 0: every core
+    bool group_heads = true;  // false: one KV head per spread item and kernel call
 };
 
 class AttentionPlan {
@@ -50,8 +52,9 @@ public:
 private:
     struct Item {
         uint32_t stream;
-        uint32_t kv_head;
-        uint32_t index; // segment (spread) or tile (tiled)
+        uint32_t kv_head; // the first of n_heads consecutive KV heads
+        uint32_t n_heads;
+        uint32_t index;   // segment (spread) or tile (tiled)
         bool spread;
     };
     struct StreamPlan {

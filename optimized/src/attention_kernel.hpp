@@ -39,8 +39,18 @@ struct SplitArgs {
     float scale;                 // softmax scale applied to q.k
 };
 
-// states[r].o must point at padded_dim floats; the kernel writes m, l and o of every row 0..tile.n-1.
-using SplitKernel = void (*)(const SplitArgs& args, const RowTile& tile, uint32_t k0, SoftmaxState* states);
+// Rows of one kernel call over all its heads: the scores of a split stay in a stack buffer of this many rows.
+constexpr int kMaxCallRows = 16;
+// KV heads one call may cover for tiles of `rows` rows.
+inline uint32_t max_call_heads(int rows) { return static_cast<uint32_t>(kMaxCallRows / rows); }
+
+// One call covers n_heads consecutive KV heads args.kv_head .. + n_heads - 1 (all heads of a block sit next to
+// each other, so walking them together reads each block's planes in one sweep). tiles[h] is the tile of head
+// args.kv_head + h: every tile has the same n and limits, only q differs. states[h * kTileRows + r].o must point at
+// padded_dim floats; the kernel writes m, l and o of every row 0..n-1 of every head. n_heads <= max_call_heads(n).
+// A row's arithmetic is the same whatever n_heads is: the heads only interleave.
+using SplitKernel = void (*)(const SplitArgs& args, uint32_t n_heads, const RowTile* tiles, uint32_t k0,
+                             SoftmaxState* states);
 
 // The kernel for a cache dtype: AVX2/FMA/F16C when simd is allowed and the CPU has it, portable otherwise.
 SplitKernel split_kernel(uint32_t dtype, bool simd);

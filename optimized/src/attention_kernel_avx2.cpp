@@ -83,12 +83,12 @@ constexpr uint32_t kPrefetchRows = 32; // how far ahead of the row in use the pr
 // split (the caller's next call). upto(v) prefetches every row before virtual index v. Block runs end every B
 // rows and the next block can be anywhere in the pool, so the hardware prefetcher cannot see ahead; this can.
 struct RowPrefetcher {
-    const kvc_kv_layout* l;
-    const uint32_t* table;
-    uint32_t head;
-    uint64_t k0;     // the split's first key
-    uint32_t n;      // keys this split reads
-    uint32_t n_next; // keys of the next split worth fetching (0 when there is none)
+    const kvc_kv_layout* l = nullptr;
+    const uint32_t* table = nullptr;
+    uint32_t head = 0;
+    uint64_t k0 = 0;     // the split's first key
+    uint32_t n = 0;      // keys this split reads
+    uint32_t n_next = 0; // keys of the next split worth fetching (0 when there is none)
     uint32_t v = 0;  // the next virtual row to prefetch
     // where row v lives: stepped row by row, recomputed (one division) only where a part starts
     uint64_t block = 0;
@@ -226,9 +226,14 @@ KVC_TARGET_AVX2 void accumulate_all_live(const uint8_t* v, uint64_t row_bytes, u
     }
 }
 
+// The kernel for R rows of nh consecutive KV heads. Phases 1 and 4 walk the split block run by block run and, inside
+// each run, head by head: the heads of a block are contiguous, so a decode sweeps each block's K (then V) plane in
+// one pass instead of visiting the block once per head. Every head has its own prefetcher running ahead along the
+// block table, so together they fetch the next blocks' planes for every head at once.
 template <uint32_t DT, int R>
-KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxState* st) {
+KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, uint32_t nh, const RowTile* tiles, uint32_t k0, SoftmaxState* st) {
     const kvc_kv_layout& L = *a.layout;
+    const RowTile& t = tiles[0]; // the limits are the same for every head
     const uint32_t d = L.head_dim, dq = padded_dim(d), B = L.block_size;
     uint32_t n[kTileRows] = {}; // visible keys of each row inside this split
     uint32_t n_max = 0, n_min = kSplitKeys, limit_max = 0;
@@ -238,52 +243,56 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, const RowTile& t, uint32_t k
         n_min = std::min(n_min, n[r]);
         limit_max = std::max(limit_max, t.limit[r]);
     }
-    alignas(32) float sc[R][kSplitKeys];
+    alignas(32) float sc[kMaxCallRows][kSplitKeys]; // row r of head h is sc[h * R + r]
     const __m256 scale = _mm256_set1_ps(a.scale);
     const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
-    RowPrefetcher pf{&L, a.table, a.kv_head, k0, n_max,
-                     next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, kPrefetchRows)) : 0};
+    const uint32_t n_next =
+        next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, kPrefetchRows)) : 0;
+    RowPrefetcher pf[kMaxCallRows];
+    for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next};
 
-    // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run
+    // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run, heads inside
     for (uint32_t j = 0; j < n_max;) {
         const uint64_t pos = static_cast<uint64_t>(k0) + j;
         const uint32_t slot = static_cast<uint32_t>(pos % B);
         const uint32_t run = std::min(B - slot, n_max - j);
         const uint8_t* kp = kvc_kv_address(&L, a.table, pos, KVC_PLANE_K, a.kv_head, 0);
-        score_run<DT, R>(t.q, kp, run, L.row_bytes, d, scale, pf, sc, j);
+        for (uint32_t h = 0; h < nh; ++h)
+            score_run<DT, R>(tiles[h].q, kp + h * L.head_bytes, run, L.row_bytes, d, scale, pf[h], sc + h * R, j);
         j += run;
     }
 
     // phase 2: the maximum of each row; phase 3: p = exp(s - m) in place, and l = sum p in 8 lanes
-    for (int r = 0; r < R; ++r) {
-        SoftmaxState& s = st[r];
-        for (uint32_t c = 0; c < dq; c += 8) _mm256_storeu_ps(s.o + c, _mm256_setzero_ps());
-        s.m = -INFINITY;
-        s.l = 0.0f;
-        const uint32_t nr = n[r];
-        if (nr == 0) continue; // empty split for this row: the empty state
-        float* row = sc[r];
-        __m256 vmax = _mm256_set1_ps(-INFINITY);
-        uint32_t j = 0;
-        for (; j + 8 <= nr; j += 8) vmax = _mm256_max_ps(vmax, _mm256_load_ps(row + j));
-        alignas(32) float lanes[8];
-        _mm256_store_ps(lanes, vmax);
-        float m = lanes[0];
-        for (int i = 1; i < 8; ++i) m = std::max(m, lanes[i]);
-        for (; j < nr; ++j) m = std::max(m, row[j]);
-        for (j = nr; j % 8 != 0; ++j) row[j] = -INFINITY; // pad the last chunk: its exp is exactly 0
-        const __m256 vm = _mm256_set1_ps(m);
-        __m256 acc[8] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                         _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (j = 0; j < nr; j += 8) {
-            const __m256 p = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(row + j), vm));
-            _mm256_store_ps(row + j, p);
-            acc[0] = _mm256_add_ps(acc[0], p);
+    for (uint32_t h = 0; h < nh; ++h)
+        for (int r = 0; r < R; ++r) {
+            SoftmaxState& s = st[h * kTileRows + r];
+            for (uint32_t c = 0; c < dq; c += 8) _mm256_storeu_ps(s.o + c, _mm256_setzero_ps());
+            s.m = -INFINITY;
+            s.l = 0.0f;
+            const uint32_t nr = n[r];
+            if (nr == 0) continue; // empty split for this row: the empty state
+            float* row = sc[h * R + r];
+            __m256 vmax = _mm256_set1_ps(-INFINITY);
+            uint32_t j = 0;
+            for (; j + 8 <= nr; j += 8) vmax = _mm256_max_ps(vmax, _mm256_load_ps(row + j));
+            alignas(32) float lanes[8];
+            _mm256_store_ps(lanes, vmax);
+            float m = lanes[0];
+            for (int i = 1; i < 8; ++i) m = std::max(m, lanes[i]);
+            for (; j < nr; ++j) m = std::max(m, row[j]);
+            for (j = nr; j % 8 != 0; ++j) row[j] = -INFINITY; // pad the last chunk: its exp is exactly 0
+            const __m256 vm = _mm256_set1_ps(m);
+            __m256 acc[8] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                             _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (j = 0; j < nr; j += 8) {
+                const __m256 p = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(row + j), vm));
+                _mm256_store_ps(row + j, p);
+                acc[0] = _mm256_add_ps(acc[0], p);
+            }
+            _mm256_store_ps(lanes, reduce8(acc));
+            s.m = m;
+            s.l = lanes[0];
         }
-        _mm256_store_ps(lanes, reduce8(acc));
-        s.m = m;
-        s.l = lanes[0];
-    }
 
     // phase 4: o = sum_j p_j v_j. Keys every row sees go through register accumulators; the few keys past some
     // row's causal limit (the end of a prefill tile) go key by key, skipping the rows that do not see them.
@@ -291,22 +300,27 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, const RowTile& t, uint32_t k
         const uint64_t pos = static_cast<uint64_t>(k0) + j;
         const uint32_t slot = static_cast<uint32_t>(pos % B);
         const uint32_t run = std::min(B - slot, n_max - j);
-        const uint8_t* vp = kvc_kv_address(&L, a.table, pos, KVC_PLANE_V, a.kv_head, 0);
+        const uint8_t* vp0 = kvc_kv_address(&L, a.table, pos, KVC_PLANE_V, a.kv_head, 0);
         const uint32_t all_live = j < n_min ? std::min(run, n_min - j) : 0;
-        if (all_live > 0) {
-            const float* p[R];
-            for (int r = 0; r < R; ++r) p[r] = sc[r] + j;
-            accumulate_all_live<DT, R>(vp, L.row_bytes, all_live, p, st, d, &pf, n_max + j);
-        }
-        for (uint32_t i = all_live; i < run; ++i) {
-            const uint32_t jj = j + i;
-            pf.upto(n_max + jj + 1 + kPrefetchRows);
-            const uint8_t* v = vp + i * L.row_bytes;
-            for (uint32_t c = 0; c < d; c += 8) {
-                const __m256 vv = c + 8 <= d ? load8<DT>(v + c * elem_bytes<DT>()) : load_tail<DT>(v + c * elem_bytes<DT>(), d - c);
-                for (int r = 0; r < R; ++r)
-                    if (jj < n[r])
-                        _mm256_storeu_ps(st[r].o + c, _mm256_fmadd_ps(_mm256_set1_ps(sc[r][jj]), vv, _mm256_loadu_ps(st[r].o + c)));
+        for (uint32_t h = 0; h < nh; ++h) {
+            const uint8_t* vp = vp0 + h * L.head_bytes;
+            SoftmaxState* sh = st + h * kTileRows;
+            const float (*sch)[kSplitKeys] = sc + h * R;
+            if (all_live > 0) {
+                const float* p[R];
+                for (int r = 0; r < R; ++r) p[r] = sch[r] + j;
+                accumulate_all_live<DT, R>(vp, L.row_bytes, all_live, p, sh, d, &pf[h], n_max + j);
+            }
+            for (uint32_t i = all_live; i < run; ++i) {
+                const uint32_t jj = j + i;
+                pf[h].upto(n_max + jj + 1 + kPrefetchRows);
+                const uint8_t* v = vp + i * L.row_bytes;
+                for (uint32_t c = 0; c < d; c += 8) {
+                    const __m256 vv = c + 8 <= d ? load8<DT>(v + c * elem_bytes<DT>()) : load_tail<DT>(v + c * elem_bytes<DT>(), d - c);
+                    for (int r = 0; r < R; ++r)
+                        if (jj < n[r])
+                            _mm256_storeu_ps(sh[r].o + c, _mm256_fmadd_ps(_mm256_set1_ps(sch[r][jj]), vv, _mm256_loadu_ps(sh[r].o + c)));
+                }
             }
         }
         j += run;
@@ -314,16 +328,16 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, const RowTile& t, uint32_t k
 }
 
 template <uint32_t DT>
-KVC_TARGET_AVX2 void split_avx2_any(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxState* st) {
-    switch (t.n) {
-    case 1: return split_avx2<DT, 1>(a, t, k0, st);
-    case 2: return split_avx2<DT, 2>(a, t, k0, st);
-    case 3: return split_avx2<DT, 3>(a, t, k0, st);
-    case 4: return split_avx2<DT, 4>(a, t, k0, st);
-    case 5: return split_avx2<DT, 5>(a, t, k0, st);
-    case 6: return split_avx2<DT, 6>(a, t, k0, st);
-    case 7: return split_avx2<DT, 7>(a, t, k0, st);
-    default: return split_avx2<DT, 8>(a, t, k0, st);
+KVC_TARGET_AVX2 void split_avx2_any(const SplitArgs& a, uint32_t nh, const RowTile* t, uint32_t k0, SoftmaxState* st) {
+    switch (t[0].n) {
+    case 1: return split_avx2<DT, 1>(a, nh, t, k0, st);
+    case 2: return split_avx2<DT, 2>(a, nh, t, k0, st);
+    case 3: return split_avx2<DT, 3>(a, nh, t, k0, st);
+    case 4: return split_avx2<DT, 4>(a, nh, t, k0, st);
+    case 5: return split_avx2<DT, 5>(a, nh, t, k0, st);
+    case 6: return split_avx2<DT, 6>(a, nh, t, k0, st);
+    case 7: return split_avx2<DT, 7>(a, nh, t, k0, st);
+    default: return split_avx2<DT, 8>(a, nh, t, k0, st);
     }
 }
 

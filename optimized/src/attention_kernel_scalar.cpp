@@ -64,13 +64,22 @@ void split_scalar(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxStat
     }
 }
 
+template <uint32_t DT>
+void split_scalar_heads(const SplitArgs& a, uint32_t n_heads, const RowTile* tiles, uint32_t k0, SoftmaxState* st) {
+    for (uint32_t h = 0; h < n_heads; ++h) {
+        SplitArgs one = a;
+        one.kv_head = a.kv_head + h;
+        split_scalar<DT>(one, tiles[h], k0, st + h * kTileRows);
+    }
+}
+
 } // namespace
 
 SplitKernel split_kernel_scalar(uint32_t dtype) {
     switch (dtype) {
-    case KVC_DTYPE_F16: return split_scalar<KVC_DTYPE_F16>;
-    case KVC_DTYPE_BF16: return split_scalar<KVC_DTYPE_BF16>;
-    default: return split_scalar<KVC_DTYPE_F32>;
+    case KVC_DTYPE_F16: return split_scalar_heads<KVC_DTYPE_F16>;
+    case KVC_DTYPE_BF16: return split_scalar_heads<KVC_DTYPE_BF16>;
+    default: return split_scalar_heads<KVC_DTYPE_F32>;
     }
 }
 

@@ -208,6 +208,7 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
         shape.scale = cfg.scale;
         shape.kernel = kernel;
         shape.max_threads = opt.threads;
+        shape.group_heads = opt.group_heads;
         shape.layout = &l;
         plan.build(shape, calls.data(), calls.size());
     }
@@ -326,17 +327,19 @@ kvc_status Engine::release(uint32_t seq) {
     for (const Stream& s : it->second.layers)
         for (uint32_t id : s.blocks) im.pool.drop(id);
     im.seqs.erase(it);
+    im.compact();
     return KVC_OK;
 }
 
 kvc_status Engine::reserve_blocks(uint64_t n) {
     Impl& im = *impl_;
-    if (!im.pool.reserve(n)) return im.fail(KVC_ERR_OUT_OF_MEMORY, "reserve_blocks: %llu blocks refused", static_cast<unsigned long long>(n));
+    if (!im.pool.reserve(n, /*keep=*/true)) return im.fail(KVC_ERR_OUT_OF_MEMORY, "reserve_blocks: %llu blocks refused", static_cast<unsigned long long>(n));
     return KVC_OK;
 }
 
 void Engine::shuffle_free_blocks(uint64_t seed) { impl_->pool.shuffle_free(seed); }
 void Engine::set_threads(unsigned threads) { impl_->opt.threads = threads; }
+void Engine::set_group_heads(bool on) { impl_->opt.group_heads = on; }
 
 const uint8_t* Engine::slot_address(uint32_t seq, uint32_t layer, uint64_t pos, uint32_t plane, uint32_t head) const {
     const Impl& im = *impl_;

@@ -73,6 +73,10 @@ struct Engine::Impl {
     // block it fills and advances length. Cannot fail.
     void write(const Pending& p);
 
+    // Moves the blocks of the emptiest slabs into the others' free blocks and returns the emptied slabs to malloc,
+    // when enough free blocks have piled up (compact.cpp). Cannot fail: it uses free blocks only.
+    void compact();
+
     // The whole of append_attend / append_attend_batch / append once the call is known valid.
     kvc_status run(uint32_t layer, uint32_t n_seqs, const uint32_t* seq_ids, const uint32_t* offsets, const float* q,
                    const float* k, const float* v, float* out, bool attend);

@@ -14,4 +14,6 @@ bool cpu_has_avx2_f16c() {
 #endif
 }
 
+const char* kernel_isa(bool simd_allowed) { return simd_allowed && cpu_has_avx2_f16c() ? "AVX2+FMA+F16C" : "portable"; }
+
 } // namespace kvc::opt

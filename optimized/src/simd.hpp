@@ -7,6 +7,9 @@ namespace kvc::opt {
 // True when the CPU executes AVX2, FMA and F16C (the only extensions our SIMD kernels use).
 bool cpu_has_avx2_f16c();
 
+// The instruction set the engine's kernels use here: "AVX2+FMA+F16C" or "portable" (benchmarks print it).
+const char* kernel_isa(bool simd_allowed = true);
+
 // The attribute that compiles one function for AVX2/FMA/F16C while the rest of its file stays portable. Only
 // functions reached after cpu_has_avx2_f16c() said yes may carry it.
 #define KVC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))

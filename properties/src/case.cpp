@@ -10,7 +10,9 @@
 
 namespace kvc::prop {
 
-float CaseConfig::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
+float CaseConfig::scale() const {
+    return softmax_scale != 0.0f ? softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
 
 kvc_config CaseConfig::to_abi() const {
     return make_config(n_layers, n_q_heads, n_kv_heads, head_dim, dtype, max_seqs, max_tokens, rope, block_size_hint,
@@ -59,8 +61,18 @@ kvc_caps required_caps(const Case& c) {
     return r;
 }
 
+uint32_t head_dim_multiple(const kvc_caps& caps, bool rope) {
+    const uint32_t m = rope && caps.head_dim_multiple_rope ? caps.head_dim_multiple_rope : caps.head_dim_multiple;
+    return std::max(m, 1u);
+}
+
 std::vector<std::string> missing_caps(const kvc_caps& need, const kvc_caps& have) {
     std::vector<std::string> m;
+    const bool rope = need.rope_variants != 0;
+    const uint32_t multiple = head_dim_multiple(have, rope);
+    if (need.max_head_dim % multiple != 0)
+        m.push_back("head_dim " + std::to_string(need.max_head_dim) + " not a multiple of " +
+                    std::to_string(multiple) + (rope && have.head_dim_multiple_rope ? " (with RoPE)" : ""));
     for (uint32_t d = 0; d < 3; ++d)
         if ((need.dtypes >> d & 1u) && !(have.dtypes >> d & 1u)) m.push_back(std::string("dtype ") + dtype_name(d));
     for (uint32_t r = 1; r < 3; ++r)
@@ -116,7 +128,11 @@ nlohmann::json to_json(const Case& c) {
         nlohmann::json o = {{"op", op_name(op.kind)}};
         if (op.kind == OpKind::Append || op.kind == OpKind::AppendBatch) {
             nlohmann::json a = nlohmann::json::array();
-            for (const SeqAppend& s : op.appends) a.push_back({{"seq", s.seq}, {"n_new", s.n_new}});
+            for (const SeqAppend& s : op.appends) {
+                nlohmann::json e = {{"seq", s.seq}, {"n_new", s.n_new}};
+                if (s.extreme) e["extreme"] = true; // optional: absent means ordinary rows
+                a.push_back(e);
+            }
             o["appends"] = a;
             if (!op.layer_order.empty()) o["layer_order"] = op.layer_order;
         } else {
@@ -130,7 +146,7 @@ nlohmann::json to_json(const Case& c) {
              {{"n_layers", g.n_layers}, {"n_q_heads", g.n_q_heads}, {"n_kv_heads", g.n_kv_heads},
               {"head_dim", g.head_dim}, {"dtype", dtype_name(g.dtype)}, {"rope", rope_name(g.rope)},
               {"block_size_hint", g.block_size_hint}, {"max_seqs", g.max_seqs}, {"max_tokens", g.max_tokens},
-              {"rope_theta", g.rope_theta}}},
+              {"rope_theta", g.rope_theta}, {"scale", g.scale()}}},
             {"ops", ops},
             {"data_seed", c.data_seed}};
 }
@@ -153,6 +169,11 @@ Case case_from_json(const nlohmann::json& j) {
     c.cfg.max_seqs = need<uint32_t>(g, "max_seqs");
     c.cfg.max_tokens = need<uint32_t>(g, "max_tokens");
     c.cfg.rope_theta = need<float>(g, "rope_theta");
+    if (g.contains("scale")) { // optional: files written before scales were drawn use 1/sqrt(head_dim)
+        c.cfg.softmax_scale = need<float>(g, "scale");
+        if (!std::isfinite(c.cfg.softmax_scale) || !(c.cfg.softmax_scale > 0))
+            throw std::invalid_argument("case: scale must be a positive finite number");
+    }
     if (c.cfg.n_layers == 0 || c.cfg.n_q_heads == 0 || c.cfg.n_kv_heads == 0 || c.cfg.head_dim == 0 ||
         c.cfg.max_seqs == 0 || c.cfg.n_q_heads % c.cfg.n_kv_heads != 0)
         throw std::invalid_argument("case: impossible config (zero size or n_q_heads not a multiple of n_kv_heads)");
@@ -182,7 +203,13 @@ Case case_from_json(const nlohmann::json& j) {
             for (const auto& a : need<nlohmann::json>(o, "appends")) {
                 const uint32_t n_new = need<uint32_t>(a, "n_new");
                 if (n_new > c.cfg.max_tokens) throw std::invalid_argument("case: n_new exceeds max_tokens");
-                op.appends.push_back({check_seq(need<uint32_t>(a, "seq")), n_new});
+                bool extreme = false;
+                if (a.contains("extreme")) {
+                    if (!a["extreme"].is_boolean())
+                        throw std::invalid_argument("case: field \"extreme\" must be true or false");
+                    extreme = a["extreme"].get<bool>();
+                }
+                op.appends.push_back({check_seq(need<uint32_t>(a, "seq")), n_new, extreme});
             }
             if (o.contains("layer_order")) op.layer_order = need<std::vector<uint32_t>>(o, "layer_order");
             std::vector<uint32_t> sorted = op.layer_order;
@@ -206,15 +233,18 @@ Case case_from_json(const nlohmann::json& j) {
     return c;
 }
 
+// "Started" is the ABI's word (abi.h): a sequence in which some layer holds a row. Every op of a script reaches
+// every layer, so one length per sequence says it; an append of n_new == 0 starts nothing.
 void check_script(const Case& c) {
     const auto lens = lengths_after_ops(c);
     for (size_t i = 0; i < c.ops.size(); ++i) {
         const Op& op = c.ops[i];
         const std::string at = "case: op " + std::to_string(i) + ": ";
         if (op.kind == OpKind::Fork && (lens[i][op.seq] == 0 || lens[i][op.child] != 0 || op.seq == op.child))
-            throw std::invalid_argument(at + "fork needs a started parent and an empty, different child");
+            throw std::invalid_argument(at + "fork needs a started parent (it holds a row) and a different child "
+                                             "that holds no row");
         if (op.kind == OpKind::Release && lens[i][op.seq] == 0)
-            throw std::invalid_argument(at + "release needs a started sequence");
+            throw std::invalid_argument(at + "release needs a started sequence (one that holds a row)");
         std::vector<bool> seen(c.cfg.max_seqs, false);
         for (const SeqAppend& a : op.appends) {
             if (seen[a.seq]) throw std::invalid_argument(at + "a sequence appears twice in one batch");
@@ -232,7 +262,8 @@ std::string describe(const Case& c) {
     const CaseConfig& g = c.cfg;
     s << "config: layers=" << g.n_layers << " q_heads=" << g.n_q_heads << " kv_heads=" << g.n_kv_heads
       << " head_dim=" << g.head_dim << " dtype=" << dtype_name(g.dtype) << " rope=" << rope_name(g.rope)
-      << " block_size_hint=" << g.block_size_hint << " data_seed=" << c.data_seed << "\n";
+      << " block_size_hint=" << g.block_size_hint << " scale=" << g.scale() << " rope_theta=" << g.rope_theta
+      << " data_seed=" << c.data_seed << "\n";
     const auto lens = lengths_after_ops(c);
     for (size_t i = 0; i < c.ops.size(); ++i) {
         const Op& op = c.ops[i];
@@ -240,7 +271,8 @@ std::string describe(const Case& c) {
         if (op.kind == OpKind::Fork) s << " seq " << op.seq << " -> child " << op.child << " (length " << lens[i][op.seq] << ")";
         if (op.kind == OpKind::Release) s << " seq " << op.seq << " (length " << lens[i][op.seq] << ")";
         for (const SeqAppend& a : op.appends)
-            s << " [seq " << a.seq << ": " << a.n_new << " new after " << lens[i][a.seq] << " cached]";
+            s << " [seq " << a.seq << ": " << a.n_new << (a.extreme ? " extreme (stale-slot trap)" : "") << " new after "
+              << lens[i][a.seq] << " cached]";
         if (!op.layer_order.empty()) {
             s << " layers in order";
             for (uint32_t l : op.layer_order) s << " " << l;

@@ -1,6 +1,7 @@
 #include "generators.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace kvc::prop::gens {
@@ -9,15 +10,56 @@ namespace {
 
 bool has(uint32_t mask, uint32_t bit) { return (mask & bit) != 0; }
 
-// A length near a multiple of the block size, or small, or one.
-rc::Gen<uint32_t> length_near_blocks(uint32_t block, uint32_t cap) {
-    const uint32_t b = std::max(block, 1u);
-    return rc::gen::map(
-        rc::gen::oneOf(rc::gen::just<uint32_t>(1u), rc::gen::inRange<uint32_t>(1u, 3u * b + 3u),
-                       rc::gen::map(rc::gen::inRange<uint32_t>(1u, 4u), [b](uint32_t k) { return k * b; }),
-                       rc::gen::map(rc::gen::inRange<uint32_t>(1u, 4u), [b](uint32_t k) { return k * b + 1; }),
-                       rc::gen::map(rc::gen::inRange<uint32_t>(1u, 4u), [b](uint32_t k) { return std::max(k * b, 2u) - 1; })),
-        [cap](uint32_t n) { return std::min(n, cap); });
+// Block sizes a length is drawn around. The cache's own block size is unknown when a case is drawn (the generator
+// runs before create), so besides the hint the common sizes real caches pick for themselves are drawn: a cache
+// that ignores the hint still meets lengths at its own boundaries.
+rc::Gen<uint32_t> boundary_block(uint32_t hint) {
+    if (hint) return rc::gen::weightedElement<uint32_t>({{5, hint}, {1, 16}, {1, 32}, {1, 64}, {1, 128}, {1, 256}});
+    return rc::gen::weightedElement<uint32_t>({{4, 16}, {1, 32}, {1, 64}, {1, 128}, {1, 256}});
+}
+
+// A length near a multiple of a block size, or small, or one.
+rc::Gen<uint32_t> length_near_blocks(uint32_t hint, uint32_t cap) {
+    return rc::gen::mapcat(boundary_block(hint), [cap](uint32_t b) {
+        return rc::gen::map(
+            rc::gen::oneOf(rc::gen::just<uint32_t>(1u), rc::gen::inRange<uint32_t>(1u, 3u * b + 3u),
+                           rc::gen::map(rc::gen::inRange<uint32_t>(1u, 4u), [b](uint32_t k) { return k * b; }),
+                           rc::gen::map(rc::gen::inRange<uint32_t>(1u, 4u), [b](uint32_t k) { return k * b + 1; }),
+                           rc::gen::map(rc::gen::inRange<uint32_t>(1u, 4u),
+                                        [b](uint32_t k) { return std::max(k * b, 2u) - 1; })),
+            [cap](uint32_t n) { return std::min(n, cap); });
+    });
+}
+
+// A length at, just below or just above a multiple of a block size, above `now` (the next boundary or the one
+// after): where forks and releases are drawn. Returns `now` when nothing above fits under `cap`.
+uint32_t boundary_at_or_above(uint32_t hint, uint32_t now, uint32_t cap) {
+    const uint32_t b = *boundary_block(hint).as("boundary block size");
+    const uint32_t k = (now + b) / b + *rc::gen::inRange<uint32_t>(0, 2).as("blocks further");
+    const int off = *rc::gen::elementOf(std::vector<int>{-1, 0, 1}).as("offset from the boundary");
+    const int64_t target = static_cast<int64_t>(k) * b + off;
+    if (target <= static_cast<int64_t>(now) || target > static_cast<int64_t>(cap)) return now;
+    return static_cast<uint32_t>(target);
+}
+
+uint32_t lcm(uint32_t a, uint32_t b) { return a / std::gcd(a, b) * b; }
+
+// head_dim candidates inside the declared limit and granularity; large ones rarer (the oracle's cost grows with d).
+uint32_t draw_head_dim(const ConfigSpace& space, bool rope, std::vector<uint32_t> small, std::vector<uint32_t> large) {
+    const uint32_t limit = space.allow.max_head_dim;
+    const uint32_t m = rope ? lcm(head_dim_multiple(space.allow, true), 2u) : head_dim_multiple(space.allow, false);
+    if (limit && limit % m == 0 && limit <= 256) large.push_back(limit); // the declared maximum itself
+    const auto fits = [&](std::vector<uint32_t>& v) {
+        v.erase(std::remove_if(v.begin(), v.end(), [&](uint32_t x) { return x % m != 0 || (limit && x > limit); }),
+                v.end());
+    };
+    fits(small);
+    fits(large);
+    if (small.empty() && large.empty()) small.push_back(m); // exceeds the limit: NOT_SUPPORTED, never an error
+    if (small.empty()) return *rc::gen::elementOf(large).as("head_dim");
+    if (large.empty()) return *rc::gen::elementOf(small).as("head_dim");
+    return *rc::gen::weightedOneOf<uint32_t>({{6, rc::gen::elementOf(small)}, {1, rc::gen::elementOf(large)}})
+                .as("head_dim");
 }
 
 } // namespace
@@ -35,40 +77,60 @@ rc::Gen<CaseConfig> config(const ConfigSpace& space) {
                c.rope = *rc::gen::elementOf(ropes).as("rope");
                // sizes stay inside the declared limits (0 = none): a limit is not a capability to skip on
                const auto cap = [](uint32_t want, uint32_t limit) { return limit ? std::min(want, limit) : want; };
-               const auto fits = [](std::vector<uint32_t> v, uint32_t limit) {
-                   if (limit) v.erase(std::remove_if(v.begin(), v.end(), [&](uint32_t x) { return x > limit; }), v.end());
-                   return v.empty() ? std::vector<uint32_t>{limit ? limit : 1u} : v;
-               };
-               const uint32_t max_layers = std::max(cap(space.max_layers, space.allow.max_layers), 1u);
+               const uint32_t max_layers =
+                   std::max(cap(space.long_cases ? 1u : space.max_layers, space.allow.max_layers), 1u);
                c.n_layers = *rc::gen::inRange<uint32_t>(std::min(space.min_layers, max_layers), max_layers + 1)
                                  .as("n_layers");
-               const uint32_t max_kv = std::max(cap(space.large_queries ? 2u : 3u, space.allow.max_kv_heads), 1u);
+               const uint32_t max_kv =
+                   std::max(cap(space.large_queries || space.long_cases ? 2u : 3u, space.allow.max_kv_heads), 1u);
                c.n_kv_heads = *rc::gen::inRange<uint32_t>(1u, max_kv + 1).as("n_kv_heads");
                uint32_t group = 1;
                if (space.force_gqa)
                    group = *rc::gen::elementOf(std::vector<uint32_t>{2, 3, 4, 5, 6, 7, 8}).as("gqa group size");
                else if (has(space.allow.features, KVC_FEATURE_GQA))
                    group = *rc::gen::elementOf(std::vector<uint32_t>{1, 1, 2, 3, 4}).as("gqa group size");
+               if (space.long_cases) group = std::min(group, 2u);
                if (space.allow.max_q_heads) // shrink the group (then the KV heads) until the query heads fit
                    while (c.n_kv_heads * group > space.allow.max_q_heads && (group > 1 || c.n_kv_heads > 1))
                        group > 1 ? --group : --c.n_kv_heads;
                c.n_q_heads = c.n_kv_heads * group;
+               const bool rope = c.rope != KVC_ROPE_NONE;
                if (space.large_queries) {
                    c.n_q_heads = std::max(c.n_q_heads, 4u);
                    c.n_q_heads -= c.n_q_heads % c.n_kv_heads;
                    if (!has(space.allow.features, KVC_FEATURE_GQA)) c.n_kv_heads = c.n_q_heads;
-                   c.head_dim = *rc::gen::elementOf(fits({64, 96, 128}, space.allow.max_head_dim)).as("head_dim");
-               } else if (c.rope != KVC_ROPE_NONE) {
-                   c.head_dim =
-                       *rc::gen::elementOf(fits({2, 4, 6, 8, 16, 32, 64}, space.allow.max_head_dim)).as("head_dim");
+                   c.head_dim = draw_head_dim(space, rope, {64, 96, 128}, {});
+               } else if (space.long_cases) {
+                   c.head_dim = draw_head_dim(space, rope, {2, 4, 8, 16}, {});
+               } else if (rope) {
+                   c.head_dim = draw_head_dim(space, rope, {2, 4, 6, 8, 16, 32, 64}, {128, 256});
                } else {
-                   c.head_dim =
-                       *rc::gen::elementOf(fits({1, 3, 4, 5, 8, 16, 32, 64}, space.allow.max_head_dim)).as("head_dim");
+                   c.head_dim = draw_head_dim(space, rope, {1, 3, 4, 5, 8, 12, 16, 32, 64}, {80, 128, 256});
                }
-               c.block_size_hint =
-                   *rc::gen::elementOf(std::vector<uint32_t>{0, 1, 2, 3, 5, 7, 8, 13, 16, 17, 32, 64}).as("block_size_hint");
-               c.max_seqs = cap(6, space.allow.max_seqs);
-               c.max_tokens = cap(200, space.allow.max_tokens);
+               c.block_size_hint = *rc::gen::elementOf(std::vector<uint32_t>{0, 1, 2, 3, 5, 7, 8, 13, 16, 17, 32, 64,
+                                                                             128})
+                                        .as("block_size_hint");
+               // ids across max_seqs: 8, 16, 64 and beyond, as well as a few
+               c.max_seqs = cap(*rc::gen::weightedElement<uint32_t>({{6, 6}, {1, 8}, {1, 16}, {1, 64}, {1, 257}})
+                                     .as("max_seqs"),
+                                space.allow.max_seqs);
+               c.max_tokens = cap(space.long_cases ? 8200u : space.max_tokens, space.allow.max_tokens);
+               // 1/sqrt(d) (0 here), 1/d, 1 and values in [0.01, 2]: a kernel that hard-codes its scale fails
+               const uint32_t scale_kind =
+                   *rc::gen::weightedElement<uint32_t>({{4, 0}, {1, 1}, {1, 2}, {2, 3}}).as("softmax scale kind");
+               if (scale_kind == 1) c.softmax_scale = 1.0f / static_cast<float>(c.head_dim);
+               if (scale_kind == 2) c.softmax_scale = 1.0f;
+               if (scale_kind == 3)
+                   c.softmax_scale = static_cast<float>(*rc::gen::inRange<uint32_t>(1, 201).as("scale (1/100)")) / 100;
+               // RoPE bases from 100 to 1e6, with the common 10000, 500000 and 1e6 themselves
+               const uint32_t theta_kind =
+                   *rc::gen::weightedElement<uint32_t>({{3, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 4}}).as("rope_theta kind");
+               const float thetas[] = {10000.0f, 500000.0f, 1000000.0f, 100.0f};
+               c.rope_theta = theta_kind < 4 ? thetas[theta_kind]
+                                             : std::round(std::pow(10.0f, static_cast<float>(*rc::gen::inRange<uint32_t>(
+                                                                                 200, 601)
+                                                                                 .as("log10 rope_theta (1/100)")) /
+                                                                              100));
                return c;
            })
         .as("config");
@@ -79,48 +141,163 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                Case c;
                c.cfg = *config(cs);
                c.data_seed = *rc::gen::inRange<uint64_t>(0, 1u << 30).as("data_seed");
-               const uint32_t block = c.cfg.block_size_hint ? c.cfg.block_size_hint : 16;
+               const uint32_t hint = c.cfg.block_size_hint;
                const uint32_t cap = c.cfg.max_tokens;
-               std::vector<uint32_t> len(c.cfg.max_seqs, 0);
-               std::vector<bool> live(c.cfg.max_seqs, false);
-               for (uint32_t s = 0; s < std::min(ss.n_seqs, c.cfg.max_seqs); ++s) live[s] = true;
-               const uint32_t n_ops = *rc::gen::inRange<uint32_t>(ss.min_ops, ss.max_ops + 1).as("number of ops");
-               uint32_t total = 0;
+               const uint32_t S = c.cfg.max_seqs;
+               std::vector<uint32_t> len(S, 0);
+               std::vector<bool> live(S, false);
+               // the sequences in use: anywhere below max_seqs, the last id often among them
+               {
+                   std::vector<uint32_t> ids(S);
+                   std::iota(ids.begin(), ids.end(), 0u);
+                   const uint32_t n = std::min(ss.n_seqs, S);
+                   for (uint32_t k = 0; k < n; ++k) {
+                       const uint32_t pick = *rc::gen::weightedOneOf<uint32_t>(
+                                                  {{3, rc::gen::just<uint32_t>(uint32_t{k})},
+                                                   {1, rc::gen::just<uint32_t>(uint32_t{S - 1})},
+                                                   {2, rc::gen::inRange<uint32_t>(k, S)}})
+                                                  .as("sequence id slot");
+                       std::swap(ids[k], ids[std::max(pick, k)]);
+                       live[ids[k]] = true;
+                   }
+               }
+               uint32_t total = 0, forks = 0, releases = 0;
+               // scripts that must fork or release several times keep a third of max_tokens free in ordinary
+               // appends, so that a parent still has room for the appends after its fork
+               const uint32_t reserve = ss.min_forks || ss.min_releases ? cap / 3 : 0;
                auto draw_append = [&](uint32_t seq) {
-                   const uint32_t room = cap - len[seq];
+                   const uint32_t room = cap - len[seq] - std::min(reserve, cap - len[seq]);
                    uint32_t n;
                    if (len[seq] == 0)
                        n = *rc::gen::weightedOneOf<uint32_t>({{1, rc::gen::just<uint32_t>(0u)},
-                                                              {8, length_near_blocks(block, room)}})
+                                                              {8, length_near_blocks(hint, room)}})
                                 .as("prompt length");
                    else if (ss.chunked)
                        n = *rc::gen::weightedOneOf<uint32_t>({{3, rc::gen::just<uint32_t>(1u)},
-                                                              {2, length_near_blocks(block, room)}})
+                                                              {2, length_near_blocks(hint, room)}})
                                 .as("append length");
                    else
                        n = 1;
                    return std::min(n, room);
                };
+               auto push_append = [&](uint32_t seq, uint32_t n, bool extreme = false) {
+                   Op op;
+                   op.appends.push_back({seq, n, extreme});
+                   len[seq] += n;
+                   total += n;
+                   live[seq] = true;
+                   c.ops.push_back(op);
+               };
+               // an append of at least one token (when there is room), so the op after a fork or release acts
+               auto append_some = [&](uint32_t seq) {
+                   const uint32_t room = cap - len[seq];
+                   uint32_t n = std::min(draw_append(seq), std::max(room / 2, std::min(room, 1u)));
+                   if (n == 0 && room > 0) n = 1;
+                   if (n > 0) push_append(seq, n);
+               };
+               auto choose_free = [&]() -> int64_t {
+                   std::vector<uint32_t> free_ids;
+                   for (uint32_t s = 0; s < S; ++s)
+                       if (!live[s] && len[s] == 0) free_ids.push_back(s);
+                   if (free_ids.empty()) return -1;
+                   return *rc::gen::elementOf(free_ids).as("fork child");
+               };
+               // fork at a length around a block boundary, then append to both sides
+               auto fork_around_boundary = [&](uint32_t parent, uint32_t child) {
+                   const uint32_t target = boundary_at_or_above(hint, len[parent], cap - 1); // room stays after
+                   if (target > len[parent] && (ss.chunked || target - len[parent] == 1))
+                       push_append(parent, target - len[parent]);
+                   Op op;
+                   op.kind = OpKind::Fork;
+                   op.seq = parent;
+                   op.child = child;
+                   live[child] = true;
+                   len[child] = len[parent];
+                   c.ops.push_back(op);
+                   ++forks;
+                   append_some(child);
+                   append_some(parent);
+               };
+               // before a release, fill the sequence's tail up to a boundary with extreme rows (stale-slot trap)
+               auto release_seq = [&](uint32_t seq, bool then_append) {
+                   if (ss.stale_fill) {
+                       const uint32_t target = boundary_at_or_above(hint, len[seq], cap);
+                       const uint32_t n = target > len[seq] ? target - len[seq] : std::min(1u, cap - len[seq]);
+                       if (n > 0 && (ss.chunked || n == 1)) push_append(seq, n, true);
+                   }
+                   Op op;
+                   op.kind = OpKind::Release;
+                   op.seq = seq;
+                   len[seq] = 0; // stays usable: the next append restarts it
+                   c.ops.push_back(op);
+                   if (!then_append) return;
+                   append_some(seq); // the released sequence restarts (its storage may be reused): counts
+                   ++releases;
+               };
+               auto started = [&] {
+                   std::vector<uint32_t> v;
+                   for (uint32_t s = 0; s < S; ++s)
+                       if (live[s] && len[s] > 0) v.push_back(s);
+                   return v;
+               };
+               auto started_with_room = [&] { // fork parents: both sides can be appended to afterwards
+                   std::vector<uint32_t> v;
+                   for (uint32_t s : started())
+                       if (len[s] < cap) v.push_back(s);
+                   return v;
+               };
+
+               if (ss.long_script) { // a few long appends, at the sizes where kernels change code paths
+                   const uint32_t seq = [&] {
+                       for (uint32_t s = 0; s < S; ++s)
+                           if (live[s]) return s;
+                       return 0u;
+                   }();
+                   // a prompt at 2^k or 2^k +- 1 (k = 8 .. 13), at 511 / 512 / 513, or anywhere in 1k - 2k
+                   uint32_t k = *rc::gen::weightedElement<uint32_t>({{2, 8}, {3, 9}, {3, 10}, {2, 11}, {1, 12},
+                                                                          {1, 13}})
+                                           .as("prompt about 2^k");
+                   // an implementation's own cost grows as T^2 * n_q_heads * head_dim: keep it near 2^28 at most
+                   const double t_max = std::sqrt(static_cast<double>(1u << 28) / (c.cfg.n_q_heads * c.cfg.head_dim));
+                   k = std::min<uint32_t>(k, static_cast<uint32_t>(std::floor(std::log2(t_max - 1))));
+                   const int off = *rc::gen::elementOf(std::vector<int>{-1, 0, 1}).as("offset from 2^k");
+                   const uint32_t prompt =
+                       *rc::gen::weightedOneOf<uint32_t>(
+                            {{3, rc::gen::just<uint32_t>(static_cast<uint32_t>(static_cast<int>(1u << k) + off))},
+                             {1, rc::gen::inRange<uint32_t>(1000, 2001)}})
+                            .as("long prompt");
+                   push_append(seq, std::min(prompt, cap));
+                   const uint32_t steps = *rc::gen::inRange<uint32_t>(1, 4).as("appends after the prompt");
+                   for (uint32_t i = 0; i < steps && len[seq] < cap; ++i) {
+                       // a chunk of 63 / 64 / 65 new tokens (where kernels switch to their prefill path) or decodes
+                       const uint32_t n =
+                           ss.chunked ? *rc::gen::elementOf(std::vector<uint32_t>{1, 1, 2, 63, 64, 65}).as("append")
+                                      : 1u;
+                       push_append(seq, std::min(n, cap - len[seq]));
+                   }
+                   return c;
+               }
+               const uint32_t n_ops = *rc::gen::inRange<uint32_t>(ss.min_ops, ss.max_ops + 1).as("number of ops");
                for (uint32_t i = 0; i < n_ops || total < ss.min_total_tokens; ++i) {
                    if (i > 4 * ss.max_ops + 64) break;
-                   Op op;
-                   std::vector<uint32_t> live_ids, free_ids, started; // fork and release need a started sequence
-                   for (uint32_t s = 0; s < c.cfg.max_seqs; ++s) {
-                       (live[s] ? live_ids : free_ids).push_back(s);
-                       if (live[s] && len[s] > 0) started.push_back(s);
-                   }
+                   std::vector<uint32_t> live_ids;
+                   for (uint32_t s = 0; s < S; ++s)
+                       if (live[s]) live_ids.push_back(s);
+                   const std::vector<uint32_t> st = started(); // fork and release need a started sequence
+                   const std::vector<uint32_t> parents = started_with_room();
+                   const int64_t free_id = ss.fork ? choose_free() : -1;
                    const uint32_t kind = *rc::gen::inRange<uint32_t>(0, 10).as("op kind");
-                   if (ss.fork && kind >= 7 && !free_ids.empty() && !started.empty()) {
-                       op.kind = OpKind::Fork;
-                       op.seq = *rc::gen::elementOf(started).as("fork parent");
-                       op.child = free_ids.front();
-                       live[op.child] = true;
-                       len[op.child] = len[op.seq];
-                   } else if (ss.release && kind == 6 && !started.empty()) {
-                       op.kind = OpKind::Release;
-                       op.seq = *rc::gen::elementOf(started).as("released seq");
-                       len[op.seq] = 0; // stays usable: the next append restarts it
-                   } else if (ss.batch && live_ids.size() > 1) {
+                   if (ss.fork && kind >= 7 && free_id >= 0 && !parents.empty()) {
+                       fork_around_boundary(*rc::gen::elementOf(parents).as("fork parent"), static_cast<uint32_t>(free_id));
+                       continue;
+                   }
+                   if (ss.release && kind == 6 && !st.empty()) {
+                       release_seq(*rc::gen::elementOf(st).as("released seq"), *rc::gen::arbitrary<bool>().as(
+                                                                                   "append right after the release"));
+                       continue;
+                   }
+                   Op op;
+                   if (ss.batch && live_ids.size() > 1) {
                        op.kind = OpKind::AppendBatch;
                        // a subset of the sequences in any order, so batch slot i is rarely sequence i
                        std::vector<uint32_t> ids = live_ids; // shuffled (Fisher-Yates), then a prefix
@@ -129,7 +306,7 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                        ids.resize(*rc::gen::inRange<size_t>(2, ids.size() + 1).as("sequences in the batch"));
                        for (uint32_t s : ids) {
                            const uint32_t m = draw_append(s);
-                           op.appends.push_back({s, m});
+                           op.appends.push_back({s, m, false});
                            len[s] += m;
                            total += m;
                        }
@@ -137,11 +314,48 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                        op.kind = OpKind::Append;
                        const uint32_t s = *rc::gen::elementOf(live_ids).as("sequence");
                        const uint32_t m = draw_append(s);
-                       op.appends.push_back({s, m});
+                       op.appends.push_back({s, m, false});
                        len[s] += m;
                        total += m;
                    }
-                   if (ss.shuffle_layers && (op.kind == OpKind::Append || op.kind == OpKind::AppendBatch)) {
+                   c.ops.push_back(op);
+               }
+               // every case of FORK and RELEASE exercises its operation several times (where the limits allow)
+               for (int guard = 0; forks < ss.min_forks && guard < 8; ++guard) {
+                   std::vector<uint32_t> st = started_with_room();
+                   if (st.empty()) {
+                       std::vector<uint32_t> any;
+                       for (uint32_t s = 0; s < S; ++s)
+                           if (len[s] < cap) any.push_back(s); // a fresh parent (room left for after the fork)
+                       if (any.empty()) break;
+                       const uint32_t room = cap - len[any.front()];
+                       push_append(any.front(), std::max(1u, std::min(room - 1, *length_near_blocks(hint, cap).as("prompt"))));
+                       continue;
+                   }
+                   const int64_t child = choose_free();
+                   if (child < 0) break; // max_seqs leaves no room for another child
+                   fork_around_boundary(*rc::gen::elementOf(st).as("fork parent"), static_cast<uint32_t>(child));
+               }
+               for (int guard = 0; releases < ss.min_releases && guard < 8; ++guard) {
+                   std::vector<uint32_t> st = started();
+                   if (st.empty()) {
+                       std::vector<uint32_t> any;
+                       for (uint32_t s = 0; s < S; ++s)
+                           if (live[s] && len[s] < cap) any.push_back(s);
+                       if (any.empty()) break;
+                       append_some(any.front());
+                       continue;
+                   }
+                   const uint32_t s = *rc::gen::elementOf(st).as("released seq");
+                   release_seq(s, true);
+                   std::vector<uint32_t> others;
+                   for (uint32_t o : started())
+                       if (o != s) others.push_back(o);
+                   if (!others.empty()) append_some(*rc::gen::elementOf(others).as("another sequence"));
+               }
+               if (ss.shuffle_layers)
+                   for (Op& op : c.ops) {
+                       if (op.kind != OpKind::Append && op.kind != OpKind::AppendBatch) continue;
                        op.layer_order.resize(c.cfg.n_layers);
                        std::iota(op.layer_order.begin(), op.layer_order.end(), 0u);
                        const uint32_t rot = *rc::gen::inRange<uint32_t>(0, c.cfg.n_layers).as("layer rotation");
@@ -149,8 +363,6 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                        std::rotate(op.layer_order.begin(), op.layer_order.begin() + rot, op.layer_order.end());
                        if (rev) std::reverse(op.layer_order.begin(), op.layer_order.end());
                    }
-                   c.ops.push_back(op);
-               }
                return c;
            })
         .as("case");

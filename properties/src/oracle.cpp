@@ -14,50 +14,20 @@ namespace {
 
 ref::Rope as_rope(uint32_t r) { return static_cast<ref::Rope>(r); }
 
-// Naive attention of one query row over rows 0..last, the way a plain loop in float would do it.
-//   q: [d] (already rotated, already rounded for the 16-bit class), k, v: rows of one KV head, stride `ld`
-void naive_row(const float* q, const float* k, const float* v, uint32_t last, uint32_t d, size_t ld, float scale,
-               bool accumulate_in_cache_dtype, uint32_t dtype, float* out) {
-    std::vector<float> s(last + 1);
-    float m = -INFINITY;
-    for (uint32_t j = 0; j <= last; ++j) {
-        float dot = 0.f;
-        for (uint32_t x = 0; x < d; ++x) dot += q[x] * k[j * ld + x];
-        s[j] = dot * scale;
-        m = std::max(m, s[j]);
-    }
-    float sum = 0.f;
-    for (uint32_t j = 0; j <= last; ++j) {
-        s[j] = std::exp(s[j] - m);
-        sum += s[j];
-    }
-    for (uint32_t x = 0; x < d; ++x) {
-        float acc = 0.f;
-        for (uint32_t j = 0; j <= last; ++j) {
-            acc += s[j] * v[j * ld + x];
-            if (accumulate_in_cache_dtype) acc = ref::round_to_dtype(acc, dtype);
-        }
-        out[x] = acc / sum;
-    }
+// The element paired with y by the rotation (NeoX: y +- d/2; GPT-J: y ^ 1) and the pair's frequency index.
+uint32_t rope_partner(uint32_t rope, uint32_t d, uint32_t y) {
+    return rope == KVC_ROPE_NEOX ? (y < d / 2 ? y + d / 2 : y - d / 2) : (y ^ 1u);
 }
-
-// RoPE as a plain float implementation does it: frequency, angle, cos and sin all in float. The naive baselines use
-// it, so the tolerance allows the error any ordinary f32 rotation makes (it grows with the position).
-void rope_in_float(float* x, uint32_t d, uint32_t pos, uint32_t variant, float theta) {
-    if (variant == KVC_ROPE_NONE) return;
-    const uint32_t half = d / 2;
-    for (uint32_t j = 0; j < half; ++j) {
-        const float inv_freq = std::pow(theta, -2.0f * static_cast<float>(j) / static_cast<float>(d));
-        const float angle = static_cast<float>(pos) * inv_freq;
-        const float c = std::cos(angle), s = std::sin(angle);
-        const uint32_t a = variant == KVC_ROPE_NEOX ? j : 2 * j, b = variant == KVC_ROPE_NEOX ? j + half : 2 * j + 1;
-        const float xa = x[a], xb = x[b];
-        x[a] = xa * c - xb * s;
-        x[b] = xa * s + xb * c;
-    }
-}
+uint32_t rope_pair(uint32_t rope, uint32_t d, uint32_t y) { return rope == KVC_ROPE_NEOX ? y % (d / 2) : y / 2; }
 
 } // namespace
+
+double rope_angle_error(uint32_t pos, uint32_t j, uint32_t head_dim, float theta) {
+    // inv_freq = theta^(-2j/d) by powf (a few ulp), the product pos * inv_freq rounded, cos and sin of the rounded
+    // angle (an ulp each): 8 units of 2^-24 relative to the angle, plus two absolute.
+    const double inv = std::pow(static_cast<double>(theta), -2.0 * j / static_cast<double>(head_dim));
+    return 0x1p-24 * (8.0 * pos * inv + 2.0);
+}
 
 double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, uint32_t element) {
     const double eps = cfg.dtype == KVC_DTYPE_F32 ? 0x1p-23 : cfg.dtype == KVC_DTYPE_F16 ? 0x1p-10 : 0x1p-7;
@@ -68,32 +38,42 @@ double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, 
     return 16.0 * 0x1p-24 * m * (2.0 + pos) + 2.0 * eps * m + tiny;
 }
 
-void expected_stored_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out) {
+void expected_rotated_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out) {
     const uint32_t d = cfg.head_dim;
     std::vector<long double> row(d);
     for (uint32_t h = 0; h < cfg.n_kv_heads; ++h) {
         for (uint32_t x = 0; x < d; ++x) row[x] = k_in[h * d + x];
         ref::apply_rope(row.data(), static_cast<int>(d), pos, as_rope(cfg.rope), cfg.rope_theta);
-        for (uint32_t x = 0; x < d; ++x) out[h * d + x] = ref::round_to_dtype(static_cast<float>(row[x]), cfg.dtype);
+        for (uint32_t x = 0; x < d; ++x) out[h * d + x] = static_cast<float>(row[x]);
     }
 }
 
+void expected_stored_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out) {
+    expected_rotated_key(cfg, k_in, pos, out);
+    const size_t n = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
+    for (size_t x = 0; x < n; ++x) out[x] = ref::round_to_dtype(out[x], cfg.dtype);
+}
+
 Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, const std::vector<float>& k,
-                        const std::vector<float>& v, uint32_t T, HeadMap map) {
+                        const std::vector<float>& v, uint32_t T, HeadMap map, uint32_t oracle_rotated_keys) {
     const uint32_t d = cfg.head_dim, Hq = cfg.n_q_heads, Hkv = cfg.n_kv_heads;
     const size_t ld = static_cast<size_t>(Hkv) * d;
     const uint32_t before = T - n_new;
     const long double scale = cfg.scale();
+    const bool rope = cfg.rope != KVC_ROPE_NONE;
     Expected e;
     e.n_new = n_new;
-    e.oracle.assign(static_cast<size_t>(n_new) * Hq * d, 0.0L);
-    e.naive_f32.assign(e.oracle.size(), 0.f);
-    e.naive_cache_accum.assign(e.oracle.size(), 0.f);
+    const size_t n_out = static_cast<size_t>(n_new) * Hq * d;
+    e.oracle.assign(n_out, 0.0L);
+    for (auto* s : {&e.s_qk, &e.s_rope, &e.s_angle, &e.s_score, &e.s_diff, &e.s_abs, &e.s_part}) s->assign(n_out, 0.0);
     e.v_scale.assign(static_cast<size_t>(n_new) * Hq, 0.f);
+    e.visible.resize(n_new);
+    for (uint32_t i = 0; i < n_new; ++i) e.visible[i] = before + i + 1;
 
+    std::vector<double> qa(d), qpair(d), qangle(d), s(T), w(T), Tqk(T), Trope(T), Tangle(T);
     for (uint32_t h = 0; h < Hq; ++h) {
         const uint32_t g = map == HeadMap::Repeat ? h / cfg.group() : h % Hkv;
-        // the KV head's history: [T x d] in long double (exact widening of the stored values)
+        // the KV head's history: [T x d] in long double (exact widening of the attended values)
         ref::Mat<long double> K(T, d), V(T, d);
         for (uint32_t t = 0; t < T; ++t)
             for (uint32_t x = 0; x < d; ++x) {
@@ -102,30 +82,76 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
             }
         // queries of this head, rotated by their positions: [n_new x d]
         ref::Mat<long double> Q(n_new, d);
-        std::vector<float> qf(d), q16(d);
         for (uint32_t i = 0; i < n_new; ++i) {
             const float* qi = q + (static_cast<size_t>(i) * Hq + h) * d;
             std::vector<long double> row(qi, qi + d);
             ref::apply_rope(row.data(), static_cast<int>(d), before + i, as_rope(cfg.rope), cfg.rope_theta);
             for (uint32_t x = 0; x < d; ++x) Q(i, x) = row[x];
-
-            // the naive computations rotate in float, as a plain implementation would
-            qf.assign(qi, qi + d);
-            rope_in_float(qf.data(), d, before + i, cfg.rope, cfg.rope_theta);
-            for (uint32_t x = 0; x < d; ++x) q16[x] = ref::round_to_dtype(qf[x], cfg.dtype);
-            const size_t o = (static_cast<size_t>(i) * Hq + h) * d;
-            naive_row(qf.data(), k.data() + g * d, v.data() + g * d, before + i, d, ld, cfg.scale(), false, cfg.dtype,
-                      e.naive_f32.data() + o);
-            naive_row(q16.data(), k.data() + g * d, v.data() + g * d, before + i, d, ld, cfg.scale(),
-                      cfg.dtype != KVC_DTYPE_F32, cfg.dtype, e.naive_cache_accum.data() + o);
-            float vs = 1e-30f;
-            for (uint32_t t = 0; t <= before + i; ++t)
-                for (uint32_t x = 0; x < d; ++x) vs = std::max(vs, std::fabs(v[t * ld + g * d + x]));
-            e.v_scale[static_cast<size_t>(i) * Hq + h] = vs;
         }
         const auto r = ref::attend_head<long double>(Q, K, V, scale);
-        for (uint32_t i = 0; i < n_new; ++i)
-            for (uint32_t x = 0; x < d; ++x) e.oracle[(static_cast<size_t>(i) * Hq + h) * d + x] = r.out(i, x);
+
+        // sensitivities of each output element (oracle.hpp), in double: they size a bound, not a result
+        for (uint32_t i = 0; i < n_new; ++i) {
+            const float* qi = q + (static_cast<size_t>(i) * Hq + h) * d;
+            const uint32_t n = before + i + 1, pos = before + i;
+            for (uint32_t y = 0; y < d; ++y) {
+                qa[y] = std::fabs(static_cast<double>(Q(i, y)));
+                qpair[y] = rope ? std::fabs(qi[y]) + std::fabs(qi[rope_partner(cfg.rope, d, y)]) : 0.0;
+                qangle[y] = rope ? qpair[y] * rope_angle_error(pos, rope_pair(cfg.rope, d, y), d, cfg.rope_theta) : 0.0;
+            }
+            double smax = -INFINITY, sabs = 0;
+            for (uint32_t j = 0; j < n; ++j) {
+                double dot = 0, tq = 0, tr = 0, ta = 0;
+                const bool oracle_key = rope && j + oracle_rotated_keys >= T;
+                for (uint32_t y = 0; y < d; ++y) {
+                    const double kj = k[j * ld + g * d + y];
+                    dot += static_cast<double>(Q(i, y)) * kj;
+                    tq += qa[y] * std::fabs(kj);
+                    tr += qpair[y] * std::fabs(kj);
+                    ta += qangle[y] * std::fabs(kj);
+                    if (oracle_key) // the implementation rotated this key in f32 itself: |k_a|+|k_b| <= sqrt2 (...)
+                        ta += qa[y] * rope_angle_error(j, rope_pair(cfg.rope, d, y), d, cfg.rope_theta) * 1.4142136 *
+                              (std::fabs(kj) + std::fabs(k[j * ld + g * d + rope_partner(cfg.rope, d, y)]));
+                }
+                s[j] = static_cast<double>(scale) * dot;
+                Tqk[j] = static_cast<double>(scale) * tq;
+                Trope[j] = static_cast<double>(scale) * tr;
+                Tangle[j] = static_cast<double>(scale) * ta;
+                smax = std::max(smax, s[j]);
+                sabs = std::max(sabs, std::fabs(s[j]));
+            }
+            double sum = 0;
+            for (uint32_t j = 0; j < n; ++j) sum += (w[j] = std::exp(s[j] - smax));
+            for (uint32_t j = 0; j < n; ++j) w[j] /= sum;
+            const size_t o = (static_cast<size_t>(i) * Hq + h) * d;
+            float vs = 1e-30f;
+            for (uint32_t x = 0; x < d; ++x) {
+                const long double out = r.out(i, x);
+                e.oracle[o + x] = out;
+                double qk = 0, rp = 0, an = 0, sc = 0, df = 0, ab = 0, prefix = 0, part = 0;
+                for (uint32_t j = 0; j < n; ++j) {
+                    const double vj = v[j * ld + g * d + x];
+                    const double D = w[j] * std::fabs(vj - static_cast<double>(out));
+                    qk += D * Tqk[j];
+                    rp += D * Trope[j];
+                    an += D * Tangle[j];
+                    sc += D * (std::fabs(s[j]) + sabs);
+                    df += D;
+                    ab += w[j] * std::fabs(vj);
+                    prefix += w[j] * vj;
+                    part = std::max(part, std::fabs(prefix));
+                    vs = std::max(vs, std::fabs(static_cast<float>(vj)));
+                }
+                e.s_qk[o + x] = qk;
+                e.s_rope[o + x] = rp;
+                e.s_angle[o + x] = an;
+                e.s_score[o + x] = sc;
+                e.s_diff[o + x] = df;
+                e.s_abs[o + x] = ab;
+                e.s_part[o + x] = part;
+            }
+            e.v_scale[static_cast<size_t>(i) * Hq + h] = vs;
+        }
     }
     return e;
 }

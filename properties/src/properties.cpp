@@ -75,8 +75,14 @@ Outcome no_q(const Target& t, const Case& c) {
         }
     }
     Outcome o;
-    o.notes.push_back("largest allocator growth beyond reported K/V storage: " +
+    o.notes.push_back("largest rise of allocator growth beyond reported growth after create: " +
                       std::to_string(first.hidden_heap_bytes) + " bytes (slack " + std::to_string(kHeapSlackBytes) + ")");
+    if (first.workspace_bytes > 0)
+        o.notes.push_back("declared workspace: " + std::to_string(first.workspace_bytes) + " bytes");
+    if (first.create_unreported_bytes > kHeapSlackBytes)
+        o.notes.push_back("create() allocated " + std::to_string(first.create_unreported_bytes) +
+                          " bytes it does not report (judged as a constant workspace; ABI 1.1 declares it as "
+                          "workspace_bytes)");
     return o;
 }
 
@@ -164,6 +170,7 @@ std::vector<Property> make_properties() {
                       ConfigSpace cs = space(a);
                       cs.large_queries = true;
                       cs.max_layers = 2;
+                      cs.max_tokens = 200; // two runs per case of wide queries: the allocator, not the length, is judged
                       ScriptSpace s = script(a);
                       s.min_ops = 3;
                       s.max_ops = 8;
@@ -246,6 +253,7 @@ std::vector<Property> make_properties() {
                       [](const kvc_caps& a) {
                           ScriptSpace s = script(a);
                           s.fork = true;
+                          s.min_forks = 2; // each at a length around a block boundary, then appends to both sides
                           s.n_seqs = 1;
                           s.min_ops = 4;
                           s.max_ops = 12;
@@ -266,10 +274,31 @@ std::vector<Property> make_properties() {
                       [](const kvc_caps& a) {
                           ScriptSpace s = script(a);
                           s.release = true;
+                          s.min_releases = 2; // each followed by an append that reuses the sequence
+                          s.stale_fill = true;
                           s.n_seqs = 3;
                           s.min_ops = 4;
                           s.max_ops = 12;
                           return gens::case_for(space(a), s);
+                      },
+                      single_run(ch)});
+    }
+    {
+        Checks ch = named("LONG");
+        ch.equiv = true;
+        ch.content = true;
+        ch.lengths = true;
+        ps.push_back({"LONG",
+                      "long sequences (prompts of 2^k and 2^k+-1 up to 8k tokens, chunks of 63/64/65 new tokens over "
+                      "511/512/513 cached) keep EQUIV and CACHE-CONTENT; big calls are graded on sampled rows",
+                      false, 0,
+                      [](const kvc_caps& a) {
+                          ConfigSpace cs = space(a);
+                          cs.long_cases = true;
+                          ScriptSpace s = script(a);
+                          s.long_script = true;
+                          s.n_seqs = 1;
+                          return gens::case_for(cs, s);
                       },
                       single_run(ch)});
     }

@@ -1,9 +1,13 @@
 #include "kvcheck/properties/runner.hpp"
 
 #include "kvcheck/abi.hpp"
+#include "kvcheck/properties/tolerance.hpp"
 
+#include <cmath>
 #include <exception>
+#include <limits>
 #include <sstream>
+#include <stdexcept>
 
 namespace kvc::prop {
 
@@ -52,6 +56,8 @@ rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, in
         allow.max_head_dim = limits->max_head_dim;
         allow.max_seqs = limits->max_seqs;
         allow.max_tokens = limits->max_tokens;
+        allow.head_dim_multiple = limits->head_dim_multiple; // granularity: a shape limit, drawn inside
+        allow.head_dim_multiple_rope = limits->head_dim_multiple_rope;
     }
     return p.gen(allow)(rc::Random(case_seed(s.seed, p.id, index)), size_for(s, index));
 }
@@ -81,7 +87,10 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
         r.headroom = o.headroom;
         r.notes = o.notes;
         if (o.fails_f32_class)
-            r.notes.push_back("passes its declared precision class but would fail the f32 class");
+            r.notes.push_back("passes its declared precision pipeline but would fail the f32 class");
+        if (declared_pipeline(t.caps).new_rows_unrounded && c.cfg.dtype != KVC_DTYPE_F32)
+            r.notes.push_back("declares new rows attended before rounding to the cache dtype: its outputs depend on "
+                              "how a prompt is split into calls");
         if (o.headroom > kQualityWarningHeadroom) {
             r.verdict = Verdict::QualityWarning;
             std::ostringstream m;
@@ -105,11 +114,16 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
 }
 
 CaseResult run_case(const Target& t, const Property& p, const RunSettings& s, int index) {
+    CaseResult first = evaluate_case(t, p, generate_case(p, s, index, &t.caps));
+    first.id = case_id(p.id, index);
+    first.seed = case_seed(s.seed, p.id, index);
+    return shrink_case(t, p, s, index, std::move(first));
+}
+
+CaseResult shrink_case(const Target& t, const Property& p, const RunSettings& s, int index, CaseResult first) {
+    CaseResult best = std::move(first);
+    if (best.verdict != Verdict::Fail || s.max_shrink_runs <= 0) return best;
     rc::Shrinkable<Case> current = shrinkable_case(p, s, index, &t.caps);
-    CaseResult best = evaluate_case(t, p, current.value());
-    best.id = case_id(p.id, index);
-    best.seed = case_seed(s.seed, p.id, index);
-    if (best.verdict != Verdict::Fail) return best;
     // Greedy descent: take the first shrink that still fails the same property, then shrink that.
     int runs = 0;
     bool progress = true;
@@ -133,22 +147,90 @@ CaseResult run_case(const Target& t, const Property& p, const RunSettings& s, in
     return best;
 }
 
+nlohmann::json json_number(double x) {
+    if (std::isnan(x)) return "NaN";
+    if (std::isinf(x)) return x > 0 ? "Infinity" : "-Infinity";
+    return x;
+}
+
+double number_from_json(const nlohmann::json& j) {
+    if (j.is_number()) return j.get<double>();
+    if (j.is_string()) {
+        const std::string& s = j.get_ref<const std::string&>();
+        if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+        if (s == "Infinity") return std::numeric_limits<double>::infinity();
+        if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+    }
+    throw std::invalid_argument("expected a number, \"NaN\", \"Infinity\" or \"-Infinity\", not " + j.dump());
+}
+
+namespace {
+
+double number_or(const nlohmann::json& object, const char* key, double fallback) {
+    if (!object.contains(key)) return fallback;
+    try {
+        return number_from_json(object[key]);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("\"") + key + "\": " + e.what());
+    }
+}
+
+} // namespace
+
+std::string mismatch_text(const Mismatch& m) {
+    std::string text = m.describe();
+    const std::size_t tail = text.rfind(": expected ");
+    if (tail == std::string::npos || (std::isfinite(m.expected) && std::isfinite(m.actual))) return text;
+    const auto number = [](double x) {
+        if (std::isfinite(x)) {
+            std::ostringstream s;
+            s.precision(9);
+            s << x;
+            return s.str();
+        }
+        return json_number(x).get<std::string>();
+    };
+    return text.substr(0, tail) + ": expected " + number(m.expected) + ", got " + number(m.actual);
+}
+
+nlohmann::json to_json(const Mismatch& m) {
+    return {{"what", m.what},   {"op", m.op},     {"seq", m.seq},
+            {"layer", m.layer}, {"pos", m.pos},   {"head", m.head},
+            {"dim", m.dim},     {"expected", json_number(m.expected)}, {"actual", json_number(m.actual)},
+            {"text", mismatch_text(m)}};
+}
+
+Mismatch mismatch_from_json(const nlohmann::json& m) {
+    try {
+        Mismatch mm;
+        mm.what = m.value("what", "");
+        mm.op = m.value("op", -1);
+        mm.seq = m.value("seq", -1);
+        mm.layer = m.value("layer", -1);
+        mm.pos = m.value("pos", -1);
+        mm.head = m.value("head", -1);
+        mm.dim = m.value("dim", -1);
+        mm.expected = number_or(m, "expected", 0.0);
+        mm.actual = number_or(m, "actual", 0.0);
+        return mm;
+    } catch (const nlohmann::json::exception& e) {
+        throw std::invalid_argument(std::string("mismatch: ") + e.what());
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("mismatch: ") + e.what());
+    }
+}
+
 nlohmann::json to_json(const CaseResult& r) {
     nlohmann::json j = {{"id", r.id},
                         {"property", r.property},
                         {"verdict", verdict_name(r.verdict)},
                         {"reason", r.reason},
-                        {"headroom", r.headroom},
+                        {"headroom", json_number(r.headroom)},
                         {"seed", r.seed},
                         {"shrink_steps", r.shrink_steps},
                         {"notes", r.notes}};
     if (!r.failed_property.empty()) j["failed_property"] = r.failed_property;
-    if (r.mismatch) {
-        const Mismatch& m = *r.mismatch;
-        j["mismatch"] = {{"what", m.what}, {"op", m.op},   {"seq", m.seq}, {"layer", m.layer},
-                         {"pos", m.pos},   {"head", m.head}, {"dim", m.dim}, {"expected", m.expected},
-                         {"actual", m.actual}, {"text", m.describe()}};
-    }
+    if (r.mismatch) j["mismatch"] = to_json(*r.mismatch);
     if (r.verdict == Verdict::Fail) {
         j["counterexample"] = to_json(r.counterexample);
         j["counterexample_text"] = describe(r.counterexample);
@@ -165,40 +247,31 @@ CaseResult case_result_from_json(const nlohmann::json& j) {
         if (!v) throw std::invalid_argument("case result: unknown verdict");
         r.verdict = *v;
         r.reason = j.value("reason", "");
-        r.headroom = j.value("headroom", 0.0);
+        r.headroom = number_or(j, "headroom", 0.0);
         r.seed = j.value("seed", uint64_t{0});
         r.shrink_steps = j.value("shrink_steps", 0);
         r.notes = j.value("notes", std::vector<std::string>{});
         r.failed_property = j.value("failed_property", "");
-        if (j.contains("mismatch")) {
-            const auto& m = j["mismatch"];
-            Mismatch mm;
-            mm.what = m.value("what", "");
-            mm.op = m.value("op", -1);
-            mm.seq = m.value("seq", -1);
-            mm.layer = m.value("layer", -1);
-            mm.pos = m.value("pos", -1);
-            mm.head = m.value("head", -1);
-            mm.dim = m.value("dim", -1);
-            mm.expected = m.value("expected", 0.0);
-            mm.actual = m.value("actual", 0.0);
-            r.mismatch = mm;
-        }
+        if (j.contains("mismatch")) r.mismatch = mismatch_from_json(j["mismatch"]);
         if (j.contains("counterexample")) r.counterexample = case_from_json(j["counterexample"]);
         return r;
     } catch (const nlohmann::json::exception& e) {
+        throw std::invalid_argument(std::string("case result: ") + e.what());
+    } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(std::string("case result: ") + e.what());
     }
 }
 
 nlohmann::json replay_document(const CaseResult& r) {
-    return {{"kvcheck_replay", 1},
-            {"id", r.id},
-            {"property", r.property},
-            {"seed", r.seed},
-            {"expected_failure", r.reason},
-            {"case", to_json(r.counterexample)},
-            {"case_text", describe(r.counterexample)}};
+    nlohmann::json j = {{"kvcheck_replay", 1},
+                        {"id", r.id},
+                        {"property", r.property},
+                        {"seed", r.seed},
+                        {"expected_failure", r.reason},
+                        {"case", to_json(r.counterexample)},
+                        {"case_text", describe(r.counterexample)}};
+    if (r.mismatch) j["expected_mismatch"] = to_json(*r.mismatch);
+    return j;
 }
 
 } // namespace kvc::prop

@@ -97,23 +97,85 @@ private:
         throw Violation(ch_.property, reason, std::move(m));
     }
 
-    // ---- the allocator watch (NO-Q): growth must be explained by reported K/V storage ----
+    // ---- the allocator watch (NO-Q) ----
+    // create() may allocate anything constant: K/V storage (capacity + pool), a declared workspace, and (ABI 1.0
+    // plugins, which cannot declare one) an undeclared constant scratch; together at most kMaxWorkspaceBytes beyond
+    // the K/V storage. From then on, every byte the allocator grows by must come with as much growth of the reported
+    // capacity + pool + workspace: "unexplained" = allocator growth since create - reported growth since create,
+    // and its largest rise above its lowest earlier value must stay within kHeapSlackBytes. Judging rises (not the
+    // level) means storage reported but never allocated is no credit for hidden growth later, and one temporary
+    // freed a call late is not summed up call after call. Hidden Q storage grows with the tokens appended; a
+    // workspace does not: reported workspace must not change after create.
     void after_call() {
-        const int64_t grown = grown_;
         const kvc_memory m = cache_->memory();
-        const int64_t held = static_cast<int64_t>(m.capacity_bytes + m.pool_bytes);
-        const int64_t hidden = grown - held;
-        result_.hidden_heap_bytes = std::max(result_.hidden_heap_bytes, hidden);
-        if (hidden > kHeapSlackBytes) {
-            Mismatch mm;
-            mm.what = "heap bytes not explained by reported capacity + pool";
-            mm.expected = static_cast<double>(held + kHeapSlackBytes);
-            mm.actual = static_cast<double>(grown);
-            fail("the allocator grew by " + std::to_string(grown) + " bytes while the implementation reports " +
-                     std::to_string(held) + " bytes of K/V storage: " + std::to_string(hidden) +
-                     " bytes of hidden storage (caching Q, or K/V it does not report)",
+        const int64_t kv = static_cast<int64_t>(m.capacity_bytes + m.pool_bytes);
+        const int64_t reported = kv + static_cast<int64_t>(m.workspace_bytes);
+        Mismatch mm;
+        if (!watching_) { // the window around create()
+            watching_ = true;
+            workspace_ = m.workspace_bytes;
+            create_unreported_ = grown_ - reported;
+            base_grown_ = grown_;
+            base_reported_ = reported;
+            result_.workspace_bytes = workspace_;
+            result_.create_unreported_bytes = create_unreported_;
+            const int64_t besides_kv = static_cast<int64_t>(std::min<uint64_t>(workspace_, uint64_t{1} << 62)) +
+                                       std::max<int64_t>(create_unreported_, 0);
+            if (m.workspace_bytes > kMaxWorkspaceBytes ||
+                besides_kv > static_cast<int64_t>(kMaxWorkspaceBytes) + kHeapSlackBytes) {
+                mm.what = "workspace bytes";
+                mm.expected = static_cast<double>(kMaxWorkspaceBytes);
+                mm.actual = static_cast<double>(besides_kv);
+                fail("create() holds " + std::to_string(besides_kv) + " bytes besides its K/V storage (declared "
+                     "workspace " + std::to_string(workspace_) + "): more than the 256 MiB a constant workspace may take",
+                     mm);
+            }
+            check_kv_bound(m);
+            return;
+        }
+        if (m.workspace_bytes != workspace_) {
+            mm.what = "workspace_bytes";
+            mm.expected = static_cast<double>(workspace_);
+            mm.actual = static_cast<double>(m.workspace_bytes);
+            fail("reported workspace changed after create (" + std::to_string(workspace_) + " -> " +
+                     std::to_string(m.workspace_bytes) + " bytes): a workspace is constant; storage that grows with "
+                     "the tokens appended is K/V (capacity, pool) or hidden storage",
                  mm);
         }
+        const int64_t grown = grown_ - base_grown_, reported_growth = reported - base_reported_;
+        const int64_t unexplained = grown - reported_growth;
+        const int64_t rise = unexplained - lowest_unexplained_;
+        result_.hidden_heap_bytes = std::max(result_.hidden_heap_bytes, rise);
+        if (rise > kHeapSlackBytes) {
+            mm.what = "heap bytes not explained by reported capacity + pool + workspace";
+            mm.expected = static_cast<double>(lowest_unexplained_ + reported_growth + kHeapSlackBytes);
+            mm.actual = static_cast<double>(grown);
+            fail("since create the allocator grew by " + std::to_string(grown) + " bytes while the reported K/V "
+                     "storage and workspace grew by " + std::to_string(reported_growth) + " bytes: " +
+                     std::to_string(rise) + " bytes of hidden storage (caching Q, or K/V it does not report)",
+                 mm);
+        }
+        lowest_unexplained_ = std::min(lowest_unexplained_, unexplained);
+        check_kv_bound(m);
+    }
+
+    // pool_bytes is no free pass: capacity + pool may not exceed the K/V of every sequence at max_tokens in every
+    // layer, in whole blocks of the reported size, twice (growth reserve), plus a page of alignment per block and a
+    // first slab of 64 KiB.
+    void check_kv_bound(const kvc_memory& m) {
+        const uint64_t block = std::max<uint32_t>(m.block_size, 1u);
+        const uint64_t blocks =
+            static_cast<uint64_t>(cfg_.max_seqs) * cfg_.n_layers * ((cfg_.max_tokens + block - 1) / block);
+        const long double bound = 2.0L * blocks * block * 2 * row_ * es_ + blocks * 4096.0L + 65536.0L;
+        const long double kv = static_cast<long double>(m.capacity_bytes) + m.pool_bytes;
+        if (kv <= bound) return;
+        Mismatch mm;
+        mm.what = "capacity_bytes + pool_bytes";
+        mm.expected = static_cast<double>(bound);
+        mm.actual = static_cast<double>(kv);
+        fail("reported K/V storage (capacity + pool) exceeds twice the formula at max_seqs x max_tokens in whole "
+             "blocks plus a page per block: pool_bytes is storage for K/V, not for anything else",
+             mm);
     }
 
     // Every call into the implementation goes through here. The allocator is read just before and just after, so
@@ -131,10 +193,12 @@ private:
     struct Pending {
         uint32_t seq, n_new, before;
         std::vector<float> q, k, v; // [n][Hq*d], [n][Hkv*d]
+        bool extreme = false;       // a stale-slot trap (SeqAppend::extreme): not graded
+        const Pending* call = nullptr; // a sampled row graded alone: the whole call it belongs to
     };
 
-    Pending inputs(uint32_t seq, uint32_t n_new, uint32_t layer) const {
-        Pending p{seq, n_new, streams_[seq][layer].len, {}, {}, {}};
+    Pending inputs(uint32_t seq, uint32_t n_new, uint32_t layer, bool extreme) const {
+        Pending p{seq, n_new, streams_[seq][layer].len, {}, {}, {}, extreme};
         const uint32_t qs = (qv_.enabled && static_cast<uint32_t>(op_ % 2) != qv_.keep_parity) ? 1u : 0u;
         const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * d_;
         p.q.resize(n_new * qrow);
@@ -147,6 +211,10 @@ private:
             for (size_t x = 0; x < row_; ++x) {
                 p.k[i * row_ + x] = input_value(seed_, o, seq, layer, i, 1, static_cast<uint32_t>(x));
                 p.v[i * row_ + x] = input_value(seed_, o, seq, layer, i, 2, static_cast<uint32_t>(x));
+                if (extreme) { // 2^14 with the drawn sign: exact in f16 and bf16, and a rotated pair stays < 65504
+                    p.k[i * row_ + x] = std::copysign(kExtremeValue, p.k[i * row_ + x]);
+                    p.v[i * row_ + x] = std::copysign(kExtremeValue, p.v[i * row_ + x]);
+                }
             }
         }
         return p;
@@ -161,7 +229,7 @@ private:
         for (const SeqAppend& a : op.appends) touched[a.seq] = true;
         for (uint32_t layer : order) {
             std::vector<Pending> ps;
-            for (const SeqAppend& a : op.appends) ps.push_back(inputs(a.seq, a.n_new, layer));
+            for (const SeqAppend& a : op.appends) ps.push_back(inputs(a.seq, a.n_new, layer, a.extreme));
             std::vector<std::vector<float>> outs(ps.size());
             if (op.kind == OpKind::Append) { // one call per sequence (BATCH runs its batches this way to compare)
                 for (size_t i = 0; i < ps.size(); ++i) {
@@ -273,16 +341,90 @@ private:
         s.k_bits.insert(s.k_bits.end(), kb.begin(), kb.end());
         s.v_bits.insert(s.v_bits.end(), vb.begin(), vb.end());
         s.len += p.n_new;
-        if (ch_.equiv) grade(p, layer, out);
+        if (ch_.equiv && !p.extreme) grade_rows(p, layer, out);
+    }
+
+    // Grades a call's outputs: every row when the oracle's cost (n_new * T * Hq * d, in long double) is small, and
+    // otherwise a sample of rows, each graded as a one-row call over the history truncated after it (its own
+    // expectation exactly): the first and last rows, rows at 63/64/65 and around 2^k and 512 cached tokens, and a few
+    // more drawn from the case's seed.
+    void grade_rows(const Pending& p, uint32_t layer, const std::vector<float>& out) {
+        Stream& s = streams_[p.seq][layer];
+        const uint64_t cost = static_cast<uint64_t>(p.n_new) * s.len * cfg_.n_q_heads * d_;
+        if (cost <= kFullGradeCost) return grade(p, layer, out);
+        std::vector<uint32_t> rows = {0, 1, 62, 63, 64, 65, p.n_new - 2, p.n_new - 1};
+        for (uint32_t k = 8; k <= 16; ++k)
+            for (int64_t off : {-1, 0, 1}) {
+                const int64_t r = (int64_t{1} << k) + off - 1 - p.before; // position 2^k + off is row r
+                if (r >= 0 && r < p.n_new) rows.push_back(static_cast<uint32_t>(r));
+            }
+        uint64_t h = seed_ ^ (static_cast<uint64_t>(op_) << 40) ^ (static_cast<uint64_t>(layer) << 20) ^ p.seq;
+        for (uint32_t k = 0; k < kSampledRows; ++k) { // a 64-bit LCG: the same rows every replay
+            h = h * 6364136223846793005ull + 1442695040888963407ull;
+            rows.push_back(static_cast<uint32_t>((h >> 33) % p.n_new));
+        }
+        std::sort(rows.begin(), rows.end());
+        rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+        const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * d_;
+        const uint32_t len = s.len;
+        struct Restore { // grade() reads the stream's length as the history: give it the row's own
+            Stream& s;
+            uint32_t len;
+            ~Restore() { s.len = len; }
+        } restore{s, len};
+        for (uint32_t i : rows) {
+            if (i >= p.n_new) continue;
+            Pending one{p.seq, 1, p.before + i, {}, {}, {}, false, &p};
+            one.q.assign(p.q.begin() + static_cast<std::ptrdiff_t>(i * qrow), p.q.begin() + static_cast<std::ptrdiff_t>((i + 1) * qrow));
+            one.k.assign(p.k.begin() + static_cast<std::ptrdiff_t>(i * row_), p.k.begin() + static_cast<std::ptrdiff_t>((i + 1) * row_));
+            one.v.assign(p.v.begin() + static_cast<std::ptrdiff_t>(i * row_), p.v.begin() + static_cast<std::ptrdiff_t>((i + 1) * row_));
+            const std::vector<float> o(out.begin() + static_cast<std::ptrdiff_t>(i * qrow),
+                                       out.begin() + static_cast<std::ptrdiff_t>((i + 1) * qrow));
+            s.len = p.before + i + 1;
+            grade(one, layer, o);
+        }
+    }
+
+    // The rows the call's queries attend, with its new rows as given (rotated, unrounded): what a pipeline with
+    // KVC_PIPELINE_NEW_ROWS_UNROUNDED computes with.
+    // A sampled row (p.call set) sees the earlier rows of its call unrounded too. Returns the rows and how many of
+    // the last ones are unrounded.
+    std::pair<std::vector<float>, std::vector<float>> with_unrounded_new_rows(const Pending& p, const Stream& s,
+                                                                              uint32_t& n_unrounded) const {
+        const Pending& call = p.call ? *p.call : p;
+        n_unrounded = s.len - call.before; // the call's rows up to this one (s.len = the history this row sees)
+        std::vector<float> k(s.k_eff.begin(), s.k_eff.begin() + static_cast<std::ptrdiff_t>(s.len * row_));
+        std::vector<float> v(s.v_eff.begin(), s.v_eff.begin() + static_cast<std::ptrdiff_t>(s.len * row_));
+        const size_t first = static_cast<size_t>(call.before) * row_;
+        for (uint32_t i = 0; i < n_unrounded; ++i)
+            expected_rotated_key(cfg_, call.k.data() + i * row_, call.before + i, k.data() + first + i * row_);
+        std::copy(call.v.begin(), call.v.begin() + static_cast<std::ptrdiff_t>(n_unrounded * row_),
+                  v.begin() + static_cast<std::ptrdiff_t>(first));
+        return {std::move(k), std::move(v)};
     }
 
     void grade(const Pending& p, uint32_t layer, const std::vector<float>& out) {
         const Stream& s = streams_[p.seq][layer];
-        const Expected e = expect_outputs(cfg_, p.q.data(), p.n_new, s.k_eff, s.v_eff, s.len);
-        const Grade g = grade_outputs(cfg_, t_.caps.precision, out.data(), e);
+        const Pipeline pipe = declared_pipeline(t_.caps);
+        const bool narrow_cache = cfg_.dtype != KVC_DTYPE_F32;
+        const auto unrounded = [&] {
+            uint32_t n_unrounded = 0;
+            const auto kv = with_unrounded_new_rows(p, s, n_unrounded);
+            return expect_outputs(cfg_, p.q.data(), p.n_new, kv.first, kv.second, s.len, HeadMap::Repeat,
+                                  n_unrounded);
+        };
+        // an implementation is graded for the pipeline it declares, new rows unrounded included
+        const bool declared_unrounded = pipe.new_rows_unrounded && narrow_cache;
+        const Expected e =
+            declared_unrounded ? unrounded() : expect_outputs(cfg_, p.q.data(), p.n_new, s.k_eff, s.v_eff, s.len);
+        Grade g = grade_outputs(cfg_, pipe, out.data(), e);
         result_.headroom = std::max(result_.headroom, g.headroom);
         result_.fails_f32_class = result_.fails_f32_class || g.fails_f32_class;
         if (g.pass) return;
+        if (narrow_cache && !declared_unrounded && !g.nan) { // is it the new rows attended before rounding?
+            const Expected alt = unrounded();
+            g = grade_outputs(cfg_, pipe, out.data(), e, &alt);
+        }
         Mismatch m;
         m.what = "output";
         m.seq = static_cast<int>(p.seq);
@@ -295,7 +437,7 @@ private:
         std::string reason = g.message;
         if (ch_.diagnose_heads && cfg_.n_kv_heads < cfg_.n_q_heads && cfg_.n_kv_heads > 1) {
             const Expected tile = expect_outputs(cfg_, p.q.data(), p.n_new, s.k_eff, s.v_eff, s.len, HeadMap::Tile);
-            if (grade_outputs(cfg_, t_.caps.precision, out.data(), tile).pass)
+            if (grade_outputs(cfg_, pipe, out.data(), tile).pass)
                 reason += "; the outputs match query head h reading KV head h % n_kv_heads ('tile') instead of "
                           "h / (n_q_heads / n_kv_heads) ('repeat')";
         }
@@ -304,7 +446,7 @@ private:
                 const Stream& o = streams_[p.seq][other];
                 if (other == layer || o.len != s.len) continue;
                 const Expected e2 = expect_outputs(cfg_, p.q.data(), p.n_new, o.k_eff, o.v_eff, o.len);
-                if (grade_outputs(cfg_, t_.caps.precision, out.data(), e2).pass) {
+                if (grade_outputs(cfg_, pipe, out.data(), e2).pass) {
                     reason += "; layer " + std::to_string(layer) + "'s outputs match layer " + std::to_string(other) +
                               "'s history: one layer's cache is used for another";
                     break;
@@ -428,6 +570,11 @@ private:
     std::vector<std::vector<float>> graveyard_; // poisoned buffers, alive until the cache is gone (declared first)
     std::unique_ptr<Cache> cache_;
     int64_t grown_ = 0; // allocator growth summed over the windows around calls
+    bool watching_ = false;          // the create() window has been judged
+    uint64_t workspace_ = 0;         // reported right after create; constant from then on
+    int64_t create_unreported_ = 0;  // what create() allocated beyond its report (an undeclared constant scratch)
+    int64_t base_grown_ = 0, base_reported_ = 0; // right after create
+    int64_t lowest_unexplained_ = 0; // the lowest value of (growth - reported growth) since create
     bool forked_ = false; // storage may be shared from the first fork on
     int op_ = -1;
     RunResult result_;

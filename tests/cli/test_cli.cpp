@@ -6,6 +6,7 @@
 
 #include <sys/wait.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -289,6 +290,135 @@ TEST_F(Cli, HangingPluginGivesTimeout) {
     EXPECT_EQ(rep.at("implementations").at(0).at("cases").size(), 3u);
 }
 
+// A cache that reads one slot past its end into NaN-poisoned memory: its NaN outputs are a FAIL of EQUIV with
+// coordinates, never an ERROR; the NaN is spelled "NaN" in the report, the JUnit text and the replay file, and the
+// replay file fails again.
+TEST_F(Cli, NanOutputIsAFailNotAnError) {
+    const Outcome r = kvcheck("validate " + plugin("read_past_end") +
+                              " --filter '^EQUIV/' --cases 20 --report report.json --junit junit.xml");
+    ASSERT_EQ(r.rc, 1) << r.all();
+    EXPECT_NE(r.out.find("FAIL EQUIV/"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("reason: NaN in the output (token "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(", got NaN"), std::string::npos) << r.out;
+    const std::string text = read_file(path("report.json"));
+    EXPECT_NE(text.find("\"actual\": \"NaN\""), std::string::npos) << "the NaN is spelled as documented";
+    const nlohmann::json rep = json_file("report.json");
+    EXPECT_GT(count_of(rep, "FAIL"), 0);
+    EXPECT_EQ(count_of(rep, "ERROR"), 0);
+    std::string file;
+    for (const auto& c : rep.at("implementations").at(0).at("cases")) {
+        if (c.at("verdict") != "FAIL") continue;
+        EXPECT_EQ(c.at("failed_property"), "EQUIV");
+        const auto& m = c.at("mismatch");
+        EXPECT_EQ(m.at("actual"), "NaN") << m.dump();
+        EXPECT_TRUE(m.at("expected").is_number()) << m.dump();
+        for (const char* k : {"op", "seq", "layer", "pos", "head", "dim"}) EXPECT_GE(m.at(k).get<int>(), 0) << k;
+        if (file.empty()) file = c.at("replay_file").get<std::string>();
+    }
+    const std::string xml = read_file(path("junit.xml"));
+    const XmlCheck x = check_xml(xml);
+    EXPECT_TRUE(x.ok) << x.problem;
+    EXPECT_EQ(elements(x, "failure"), count_of(rep, "FAIL"));
+    EXPECT_NE(xml.find("got NaN"), std::string::npos);
+
+    ASSERT_FALSE(file.empty());
+    const nlohmann::json doc = json_file(file);
+    EXPECT_EQ(doc.at("expected_mismatch").at("actual"), "NaN") << doc.dump(2);
+    const Outcome again = kvcheck("replay " + quote(file) + " " + plugin("read_past_end"));
+    EXPECT_EQ(again.rc, 1) << again.all();
+    EXPECT_NE(again.out.find("verdict: FAIL"), std::string::npos) << again.out;
+    EXPECT_NE(again.out.find("recorded first mismatch: output"), std::string::npos) << again.out;
+    EXPECT_NE(again.out.find("reason: NaN in the output"), std::string::npos) << again.out;
+    const Outcome fixed = kvcheck("replay " + quote(file) + " " + plugin("correct"));
+    EXPECT_EQ(fixed.rc, 0) << fixed.all();
+}
+
+// A broken implementation's verdict is fast: by default only the first 3 failures of each property are shrunk; the
+// others are reported as generated, with a note. --shrink-first changes the count (0: none, all: every one).
+TEST_F(Cli, OnlyTheFirstFailuresOfEachPropertyAreShrunk) {
+    const std::string base = "validate " + plugin("skip_self") + " --filter '^(EQUIV|GQA)/' --cases 30";
+    const auto unshrunk = [](const nlohmann::json& c) {
+        for (const auto& n : c.at("notes"))
+            if (n.get<std::string>().rfind("not shrunk", 0) == 0) return true;
+        return false;
+    };
+    // per property: {FAIL cases, FAIL cases reported unshrunk}
+    const auto tally = [&](const nlohmann::json& rep) {
+        std::map<std::string, std::pair<int, int>> t;
+        for (const auto& c : rep.at("implementations").at(0).at("cases")) {
+            if (c.at("verdict") != "FAIL") continue;
+            auto& [fails, plain] = t[c.at("property").get<std::string>()];
+            ++fails;
+            if (unshrunk(c)) {
+                ++plain;
+                EXPECT_EQ(c.at("shrink_steps"), 0) << c.at("id");
+                EXPECT_TRUE(c.contains("counterexample")) << c.at("id");
+                EXPECT_TRUE(c.contains("mismatch")) << c.at("id");
+                EXPECT_TRUE(fs::exists(path(c.at("replay_file").get<std::string>()))) << c.at("id");
+            } else {
+                EXPECT_EQ(plain, 0) << c.at("id") << ": shrunk after an unshrunk one; the first ones are shrunk";
+            }
+        }
+        return t;
+    };
+
+    const Outcome r = kvcheck(base + " --report default.json");
+    ASSERT_EQ(r.rc, 1) << r.all();
+    const nlohmann::json def = json_file("default.json");
+    EXPECT_EQ(def.at("run").at("shrink_first"), 3);
+    const auto by_default = tally(def);
+    ASSERT_EQ(by_default.size(), 2u) << "both properties fail";
+    int shrunk_somewhere = 0;
+    for (const auto& [property, t] : by_default) {
+        ASSERT_GT(t.first, 3) << property << ": the test needs more than 3 failures of each property";
+        EXPECT_EQ(t.first - t.second, 3) << property << ": exactly the first 3 failures are shrunk";
+    }
+    for (const auto& c : def.at("implementations").at(0).at("cases"))
+        if (c.at("verdict") == "FAIL" && c.at("shrink_steps").get<int>() > 0) ++shrunk_somewhere;
+    EXPECT_GT(shrunk_somewhere, 0) << "shrinking still happens for the first failures";
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("\n[0-9]+ failures were reported unshrunk")))
+        << "the run says that some were not shrunk\n" << r.out;
+
+    const Outcome none = kvcheck(base + " --shrink-first 0 --report none.json");
+    ASSERT_EQ(none.rc, 1) << none.all();
+    EXPECT_NE(none.out.find("counterexample (not shrunk;"), std::string::npos) << none.out;
+    for (const auto& [property, t] : tally(json_file("none.json"))) EXPECT_EQ(t.first, t.second) << property;
+    ASSERT_EQ(kvcheck(base + " --shrink-first all --report all.json").rc, 1);
+    const nlohmann::json all = json_file("all.json");
+    EXPECT_EQ(all.at("run").at("shrink_first"), "all");
+    for (const auto& [property, t] : tally(all)) EXPECT_EQ(t.second, 0) << property;
+    // the verdicts do not depend on shrinking, case for case
+    EXPECT_EQ(verdicts_by_id(def), verdicts_by_id(all));
+    EXPECT_EQ(verdicts_by_id(def), verdicts_by_id(json_file("none.json")));
+}
+
+// Every count column of the verdict table is as wide as the longest verdict name (QUALITY_WARNING, 15 characters),
+// so columns line up whatever the counts, from one run to the next.
+TEST_F(Cli, VerdictTableCountColumnsHaveOneFixedWidth) {
+    const Outcome r = kvcheck("validate " + plugin("skip_self") + " --filter '^(EQUIV|GQA)/' --cases 12");
+    ASSERT_EQ(r.rc, 1) << r.all();
+    std::istringstream lines(r.out.substr(r.out.find("\nverdict table")));
+    std::vector<std::string> table;
+    for (std::string line; std::getline(lines, line);)
+        if (line.rfind("property ", 0) == 0 || line.rfind("EQUIV ", 0) == 0 || line.rfind("GQA ", 0) == 0)
+            table.push_back(line);
+    ASSERT_EQ(table.size(), 3u) << r.out;
+    // where each verdict name ends in the header: right-aligned counts end there too
+    std::vector<std::size_t> ends;
+    for (const char* v : {"PASS", "FAIL", "NOT_SUPPORTED", "QUALITY_WARNING", "ERROR", "CRASH", "TIMEOUT"}) {
+        const std::size_t at = table[0].find(std::string(" ") + v + " ");
+        ASSERT_NE(at, std::string::npos) << v << "\n" << table[0];
+        ends.push_back(at + 1 + std::string(v).size());
+    }
+    for (std::size_t i = 1; i < ends.size(); ++i) EXPECT_EQ(ends[i] - ends[i - 1], 17u) << "15 wide, 2 apart\n" << r.out;
+    for (std::size_t row = 1; row < table.size(); ++row)
+        for (std::size_t end : ends) {
+            ASSERT_LT(end, table[row].size()) << table[row];
+            EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(table[row][end - 1])) && table[row][end] == ' ')
+                << "a count ends under its header's last letter\n" << r.out;
+        }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Plugins that cannot be loaded: a clear message, exit 2, and no report file (not even a partial one).
 
@@ -443,7 +573,8 @@ TEST_F(Cli, UsageErrorsExitTwo) {
          {std::string("validate"), "validate " + p + " --builtin example", std::string("validate --builtin no-such-engine"),
           "validate " + p + " --filter NO-SUCH-PROPERTY", "validate " + p + " --filter '('",
           "validate " + p + " --cases 0", "validate " + p + " --profile nightly", "validate " + p + " --timeout 0",
-          "validate " + p + " --report no-such-dir/report.json", std::string("replay"), std::string("list --bogus")}) {
+          "validate " + p + " --report no-such-dir/report.json", "validate " + p + " --shrink-first=-1",
+          "validate " + p + " --shrink-first some", std::string("replay"), std::string("list --bogus")}) {
         const Outcome r = kvcheck(args);
         EXPECT_EQ(r.rc, 2) << args << "\n" << r.all();
     }

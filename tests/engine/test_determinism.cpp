@@ -140,6 +140,30 @@ TEST_P(Determinism, ThreadCountAndRepetitionDoNotChangeABit) {
     EXPECT_TRUE(bitwise_equal(run(0), all)) << "the same run twice";
 }
 
+// A decode walks groups of KV heads per kernel call (all heads of a block together); a prefill walks one head per
+// call. The grouping depends on the batch and the thread count, never a row's bits: decode steps with grouping on
+// equal those with one head per call, and the prefill of the same positions. MHA with 8 KV heads and tiles of 1,
+// 2 and 4 rows (one, two and four decode tokens per call).
+TEST_P(Determinism, HeadGroupingDoesNotChangeABit) {
+    const auto [dtype, simd] = GetParam();
+    const uint64_t seed = test_seed(750 + dtype);
+    const kvc_config c = make_config(8, 8, 20, dtype, 5, KVC_ROPE_NEOX);
+    const uint32_t n = 1080;
+    const Tokens t = random_tokens(c, n, seed);
+    std::vector<uint32_t> chunks = {1030};
+    for (uint32_t left = n - 1030, i = 0; left > 0; ++i) { // decode calls of 1, 2 and 4 tokens, past 1024
+        chunks.push_back(std::min(left, 1u << (i % 3)));
+        left -= chunks.back();
+    }
+    opt::EngineOptions grouped, single;
+    grouped.simd = single.simd = simd;
+    single.group_heads = false;
+    const std::vector<float> a = run_chunked(c, t, chunks, grouped), b = run_chunked(c, t, chunks, single);
+    EXPECT_TRUE(bitwise_equal(a, b)) << "decode with heads grouped vs one head per kernel call";
+    std::vector<uint32_t> whole = {n};
+    EXPECT_TRUE(bitwise_equal(a, run_chunked(c, t, whole, grouped))) << "decode vs prefill of the same positions";
+}
+
 INSTANTIATE_TEST_SUITE_P(All, Determinism,
                          ::testing::Combine(::testing::Values(uint32_t(KVC_DTYPE_F32), uint32_t(KVC_DTYPE_F16),
                                                               uint32_t(KVC_DTYPE_BF16)),

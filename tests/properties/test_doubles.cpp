@@ -51,6 +51,97 @@ TEST(Doubles, MisreportedBytesAreCaughtByMemory) {
     expect_caught_only_by("misreport", "MEMORY", {"EQUIV", "CACHE-CONTENT", "APPEND-ONLY"});
 }
 
+// NO-Q with workspaces: a correct cache may hold a constant workspace of any size up to 256 MiB, declared
+// (ABI 1.1 workspace_bytes) or, for an ABI 1.0 plugin, allocated in create() and never grown.
+TEST(Doubles, ConstantWorkspacesPassNoQ) {
+    for (const char* name : {"ws_64mib", "ws_256mib", "ws_undeclared"}) {
+        const auto t = kvc::testing::load_implementation(std::string("double-") + name);
+        int passed = 0;
+        EXPECT_FALSE(kvc::testing::first_failure(t, "NO-Q", 20, &passed).has_value()) << name;
+        EXPECT_GT(passed, 0) << name;
+    }
+    int passed = 0;
+    EXPECT_FALSE(kvc::testing::first_failure(kvc::testing::load_implementation("double-ws_64mib"), "EQUIV", 20, &passed)
+                     .has_value());
+    EXPECT_GT(passed, 0);
+}
+
+// A Q store reported as a workspace that grows with the tokens is still hidden storage.
+TEST(Doubles, AGrowingWorkspaceIsCaughtByNoQ) {
+    const auto t = kvc::testing::load_implementation("double-ws_grows");
+    const auto r = kvc::testing::first_failure(t, "NO-Q", 20);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->failed_property, "NO-Q");
+    EXPECT_NE(r->reason.find("workspace changed"), std::string::npos) << r->reason;
+}
+
+// Scales other than 1/sqrt(d) are drawn: a kernel that ignores config.scale fails EQUIV and nothing unrelated.
+TEST(Doubles, AHardCodedSoftmaxScaleIsCaughtByEquiv) {
+    expect_caught_only_by("fixed_scale", "EQUIV", {"CACHE-CONTENT", "APPEND-ONLY", "NO-Q", "MEMORY"});
+}
+
+// head_dim granularity (ABI 1.1): cases are drawn inside it, so nothing ERRORs; a case outside is NOT_SUPPORTED.
+TEST(Doubles, HeadDimMultiplesAreRespected) {
+    using namespace kvc::prop;
+    const auto t = kvc::testing::load_implementation("double-hd_multiple");
+    ASSERT_EQ(t.caps.head_dim_multiple, 8u);
+    for (const char* id : {"EQUIV", "CACHE-CONTENT", "NO-Q", "RELEASE"}) {
+        int passed = 0;
+        EXPECT_FALSE(kvc::testing::first_failure(t, id, 30, &passed).has_value()) << id;
+        EXPECT_GT(passed, 0) << id;
+    }
+    // with RoPE the multiple is 16: drawn from every capability within these limits
+    kvc_caps limits{};
+    limits.head_dim_multiple = 8;
+    limits.head_dim_multiple_rope = 16;
+    RunSettings s;
+    s.seed = kvc::testing::kDoublesSeed;
+    s.cases = 100;
+    int with_rope = 0;
+    for (const char* id : {"EQUIV", "GQA", "LAYERS"})
+        for (int i = 0; i < s.cases; ++i) {
+            const Case c = generate_case(*find_property(id), s, i, &limits);
+            const uint32_t m = c.cfg.rope != KVC_ROPE_NONE ? 16 : 8;
+            with_rope += c.cfg.rope != KVC_ROPE_NONE;
+            EXPECT_EQ(c.cfg.head_dim % m, 0u) << describe(c);
+        }
+    EXPECT_GT(with_rope, 0);
+    // a replayed case outside the granularity
+    Case c = generate_case(*find_property("EQUIV"), s, 3, &t.caps);
+    c.cfg.head_dim = 12;
+    c.cfg.rope = KVC_ROPE_NONE; // (with RoPE the multiple is 16)
+    const CaseResult r = evaluate_case(t, *find_property("EQUIV"), c);
+    EXPECT_EQ(r.verdict, Verdict::NotSupported) << r.reason;
+    EXPECT_NE(r.reason.find("head_dim 12 not a multiple of 8"), std::string::npos) << r.reason;
+}
+
+// Stale tail slots: RELEASE fills a sequence with extreme rows before releasing it, so a cache whose softmax max
+// runs over the stale slots of a reused sequence fails; the same case without the extreme rows passes.
+TEST(Doubles, StaleTailSlotsAreCaughtByReleaseThroughTheExtremeFill) {
+    using namespace kvc::prop;
+    const auto t = kvc::testing::load_implementation("double-stale_reader");
+    const auto r = kvc::testing::first_failure(t, "RELEASE", 60);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->verdict, Verdict::Fail);
+    EXPECT_EQ(r->failed_property, "RELEASE");
+    Case plain = r->counterexample;
+    int extreme = 0;
+    for (Op& op : plain.ops)
+        for (SeqAppend& a : op.appends) {
+            extreme += a.extreme;
+            a.extreme = false;
+        }
+    EXPECT_GT(extreme, 0) << describe(plain);
+    const CaseResult without = evaluate_case(t, *find_property("RELEASE"), plain);
+    EXPECT_EQ(without.verdict, Verdict::Pass) << without.reason << "\n" << describe(plain);
+    // the correct base of the same source passes RELEASE (the extreme rows themselves are no false alarm)
+    int passed = 0;
+    EXPECT_FALSE(kvc::testing::first_failure(kvc::testing::load_implementation("double-ws_64mib"), "RELEASE", 30,
+                                             &passed)
+                     .has_value());
+    EXPECT_GT(passed, 0);
+}
+
 // A failure replays: the shrunk counterexample, run again, fails the same way.
 TEST(Doubles, ShrunkCounterexampleReplays) {
     const auto t = kvc::testing::load_implementation("double-skip_self");

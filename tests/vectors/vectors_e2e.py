@@ -41,13 +41,13 @@ class Case:
         with open(os.path.join(self.vectors, "manifest.json")) as f:
             self.manifest = json.load(f)
 
-    def run_example(self, *extra):
+    def run_example(self, *extra, results=None):
         rc, _ = sh([sys.executable, "-B", os.path.join(self.example, "kvcache_example.py"), "--vectors", self.vectors,
-                    "--results", self.results, *extra])
+                    "--results", results or self.results, *extra])
         expect(rc == 0, f"the example exited {rc}")
 
-    def grade(self, want_rc, *extra):
-        rc, out = sh([self.kvcheck, "grade", "--vectors", self.vectors, "--results", self.results, *extra])
+    def grade(self, want_rc, *extra, results=None):
+        rc, out = sh([self.kvcheck, "grade", "--vectors", self.vectors, "--results", results or self.results, *extra])
         expect(rc == want_rc, f"grade exited {rc}, expected {want_rc}")
         return out
 
@@ -70,6 +70,10 @@ def expect(cond, what):
 def expect_in(text, *parts):
     for p in parts:
         expect(p in text, f"the output does not say {p!r}")
+
+
+def summary_line(out):
+    return next(l for l in out.splitlines() if l.startswith("summary:"))
 
 
 def verdict_line(out, case_id):
@@ -105,7 +109,7 @@ def roundtrip(t):
     t.run_example()
     report, junit = os.path.join(t.work, "report.json"), os.path.join(t.work, "junit.xml")
     out = t.grade(0, "--report", report, "--junit", junit)
-    expect("FAIL" not in out and "ERROR" not in out, "a case did not pass")
+    expect(summary_line(out).endswith("40 PASS  => every case passes or is not supported"), "a case did not pass")
     with open(report) as f:
         r = json.load(f)
     expect(r["exit_code"] == 0, "the report's exit code")
@@ -292,10 +296,152 @@ def inputs_truncated(t):
     malformed(t, lambda p: truncate(p, 30), "is larger than the file", inputs=True)
 
 
+def batch_steps(t):
+    return [(c, s) for c in t.manifest["cases"] for s in c["steps"] if s["op"] == "append_batch" and
+            len(s["slices"]) > 1 and all(x["n_new"] > 0 for x in s["slices"])]
+
+
+def batch_step(t):
+    """A batched call is one step: packed inputs, one slice per sequence with its token offsets and dump names."""
+    t.export("--properties", "BATCH", "--cases", "4")
+    found = batch_steps(t)
+    expect(found, "no batch step with several sequences; export more cases")
+    for c, s in found:
+        inputs, _, _ = t.st.read(os.path.join(t.vectors, c["inputs"]))
+        expect(inputs[s["inputs"]["q"]].shape[0] == s["n_new"], "the packed q holds every slice's tokens")
+        begin = 0
+        for x in s["slices"]:
+            expect(x["token_begin"] == begin and x["token_end"] == begin + x["n_new"], "slices are packed in order")
+            expect(x["pos_end"] == x["pos_begin"] + x["n_new"], "positions")
+            expect(x["dump"]["k"] == f"step{s['step']}.s{x['seq']}.k", "the dump names of a slice")
+            begin = x["token_end"]
+        expect(begin == s["n_new"], "the slices cover the packed tensors")
+    t.run_example()
+    out = t.grade(0)
+    expect(" FAIL" not in summary_line(out) and " ERROR" not in summary_line(out), "a case did not pass")
+
+
+def batch_slice_swapped(t):
+    """Outputs written at another slice's offsets (a batch regrouped wrongly) fail, naming the slice's sequence."""
+    t.export("--properties", "BATCH", "--cases", "4")
+    c, s = batch_steps(t)[0]
+    t.run_example()
+    a, b = s["slices"][0], s["slices"][1]
+    tensors, dtypes, meta = t.st.read(t.result_path(c))
+    out = []
+    for name, array in tensors.items():
+        if name == f"step{s['step']}.out":
+            array = array.copy()
+            n = min(a["n_new"], b["n_new"])
+            first = array[a["token_begin"] : a["token_begin"] + n].copy()
+            array[a["token_begin"] : a["token_begin"] + n] = array[b["token_begin"] : b["token_begin"] + n]
+            array[b["token_begin"] : b["token_begin"] + n] = first
+        out.append((name, dtypes[name], array))
+    t.st.write(t.result_path(c), out, meta)
+    line = verdict_line(t.grade(1), c["id"])
+    expect_in(line, "FAIL", "BATCH: ", f"[step {s['step']}]", f"seq {a['seq']}, layer {s['layer']}")
+
+
+def caps_filter(t):
+    """Capabilities declared once: only cases inside them are exported, the rest are NOT_SUPPORTED in the grade."""
+    caps = os.path.join(t.work, "caps.json")
+    with open(caps, "w") as f:
+        json.dump({"capabilities": ["dtype f32", "dtype f16", "rope neox", "gqa", "chunked", "release", "batch"],
+                   "limits": {"head_dim_multiple": 4, "head_dim_multiple_rope": 8, "max_head_dim": 64,
+                              "max_layers": 3}}, f)
+    t.export("--caps", caps, "--properties", "EQUIV,CACHE-CONTENT,FORK,BATCH", "--cases", "6")
+    m = t.manifest
+    expect(m["declared"]["limits"]["head_dim_multiple_rope"] == 8, "the manifest echoes the declaration")
+    for c in m["cases"]:
+        cfg = c["config"]
+        expect(cfg["dtype"] in ("f32", "f16") and cfg["rope"] in ("none", "neox"), f"{c['id']}: {cfg}")
+        expect(cfg["head_dim"] % (8 if cfg["rope"] != "none" else 4) == 0, f"{c['id']}: head_dim {cfg['head_dim']}")
+        expect(cfg["head_dim"] <= 64 and cfg["n_layers"] <= 3, f"{c['id']}: limits")
+        expect("fork" not in c["requires"] and c["property"] != "FORK", f"{c['id']} needs fork")
+    for p in ("EQUIV", "CACHE-CONTENT", "BATCH"):
+        expect(sum(c["property"] == p for c in m["cases"]) == 6, f"6 cases of {p} inside the declaration")
+    refused = {r["id"]: r for r in m["not_supported"]}
+    expect(all(refused.get(f"FORK/{i}", {}).get("needs") == ["fork"] for i in range(6)), "FORK is not supported")
+    expect(any("not a multiple of" in " ".join(r["needs"]) or "dtype bf16" in r["needs"] for r in refused.values()),
+           "no case was refused for its head_dim or dtype: the filter was not exercised")
+    t.run_example()
+    out = t.grade(0)
+    expect_in(verdict_line(out, "FORK/0"), "NOT_SUPPORTED", "needs fork (not exported)")
+    expect(out.count("NOT_SUPPORTED ") + out.count("NOT_SUPPORTED\n") >= len(refused), "every refused case listed")
+
+
+def new_rows_unrounded(t):
+    """A 16-bit cache that attends its new rows before rounding them: FAIL with that diagnosis when it declares a
+    plain pipeline; PASS with the note that outputs depend on chunking when it declares new_rows_unrounded."""
+    t.export("--properties", "EQUIV", "--dtypes", "f16", "--cases", "4")
+    t.run_example("--bug", "unrounded-new-rows")
+    out = t.grade(1)
+    for c in t.manifest["cases"]:
+        if any(s.get("n_new", 0) > 0 for s in c["steps"]):
+            expect_in(verdict_line(out, c["id"]), "FAIL", "EQUIV: ", "new rows attended before rounding")
+    declared = os.path.join(t.work, "declared")
+    t.run_example("--bug", "unrounded-new-rows", "--pipeline", '{"new_rows_unrounded": true}', results=declared)
+    out = t.grade(0, results=declared)
+    expect_in(out, "pipeline f32 new-rows-unrounded", "outputs depend on how a prompt is split into calls")
+
+
+def verdict_table(t):
+    """Verdict and count columns are fixed width, wide enough for QUALITY_WARNING (15 characters)."""
+    t.export("--properties", "EQUIV", "--dtypes", "f32", "--cases", "3")
+    t.run_example()
+    c = t.case(lambda c: any(s.get("n_new", 0) > 0 for s in c["steps"]))
+    s = next(s for s in c["steps"] if s.get("n_new", 0) > 0)
+    expected, _, _ = t.st.read(os.path.join(t.vectors, c["expected"]))
+    i = s["step"]
+    # push row (token 0, head 0) to 3/4 of its bound: a pass with a QUALITY_WARNING
+    delta = 0.75 * expected[f"step{i}.allowed_f32"][0, 0] * expected[f"step{i}.v_scale"][0, 0]
+    tensors, dtypes, meta = t.st.read(t.result_path(c))
+    out = []
+    for name, array in tensors.items():
+        if name == f"step{i}.out":
+            array = array.copy()
+            array[0, 0, :] = (expected[f"step{i}.out"][0, 0, :] + delta).astype(array.dtype)
+        out.append((name, dtypes[name], array))
+    t.st.write(t.result_path(c), out, meta)
+    text = t.grade(0)
+    lines = [l for l in text.splitlines() if l.split()[:1] and l.split()[0].startswith("EQUIV/")]
+    expect(any("QUALITY_WARNING" in l for l in lines) and any(" PASS " in l for l in lines), "a warning and a pass")
+    at = {l.index(" " + l.split()[1] + " ") + 1 for l in lines}  # where the verdict starts
+    expect(len(at) == 1, f"verdicts start in different columns: {sorted(at)}")
+    col = at.pop() + 15 + 2  # the verdict column is 15 wide, then two spaces
+    for l in lines:
+        expect(l[col - 2 : col] == "  " and l[col] != " ", f"the text after the verdict is not at column {col}: {l}")
+    header = next(l for l in text.splitlines() if l.split()[:1] == ["property"])
+    row = next(l for l in text.splitlines() if l.split()[:1] == ["EQUIV"])
+    expect(len(header) == len(row), "count columns are as wide as their headers")
+    expect(header.split() == ["property", "PASS", "QUALITY_WARNING", "FAIL", "ERROR", "NOT_SUPPORTED"], header)
+    expect(row.split()[2] == "1", f"one QUALITY_WARNING counted: {row}")
+
+
+def scale_theta(t):
+    """The manifest carries each case's softmax scale and RoPE θ (values and bit patterns) and the example uses them:
+    with a scale other than 1/sqrt(head_dim) and θ = 500000 it passes, while results computed with the defaults
+    (an implementation that hard-codes them) fail."""
+    t.export("--properties", "EQUIV", "--dtypes", "f32", "--cases", "6")
+    c = t.case(lambda c: c["config"]["rope"] != "none" and any(s.get("n_new", 0) > 0 for s in c["steps"]))
+    hard_coded = os.path.join(t.work, "hard-coded")
+    t.run_example(results=hard_coded)  # computed with the exported 1/sqrt(d) and 10000
+    c["case"]["config"].update(scale=0.375, rope_theta=500000.0)  # both exact in float32
+    c["config"].update(scale=0.375, scale_bits="0x3ec00000", rope_theta=500000.0, rope_theta_bits="0x48f42400")
+    with open(os.path.join(t.vectors, "manifest.json"), "w") as f:
+        json.dump(t.manifest, f)
+    t.run_example()
+    out = t.grade(0)
+    expect_in(verdict_line(out, c["id"]), "PASS")
+    out = t.grade(1, results=hard_coded)
+    expect_in(verdict_line(out, c["id"]), "FAIL", "EQUIV: ")
+
+
 CASES = {f.__name__: f for f in [roundtrip, skip_self, content_bitflip, past_rewritten, memory_misreport,
                                  nan_output, not_supported, missing_results, missing_tensor, st_truncated_header,
                                  st_header_too_long, st_offsets_out_of_range, st_overlap, st_dtype_size,
-                                 inputs_truncated]}
+                                 inputs_truncated, batch_step, batch_slice_swapped, caps_filter, new_rows_unrounded,
+                                 verdict_table, scale_theta]}
 
 
 def main():

@@ -23,8 +23,9 @@ void add_verify(CLI::App& golden, std::string& dir, int& exit_code) {
 
 void add_regen(CLI::App& golden, std::string& dir, int& exit_code) {
     auto* regen = golden.add_subcommand(
-        "regen", "Recompute every computed field from the reference and rewrite the files (deterministic: a rerun "
-                 "changes nothing). Printed values and provenance are never touched");
+        "regen", "Recompute every computed field from the reference and rewrite the files as one set, all or nothing "
+                 "(deterministic: a rerun changes nothing). Printed values and provenance are never touched. Refuses "
+                 "a file that is malformed, a symbolic link, not a regular file or read-only. Exit 0 written, 2 refused");
     regen->add_option("--dir", dir, "golden directory")->capture_default_str();
     regen->callback([&dir, &exit_code] {
         std::string internal;
@@ -42,13 +43,15 @@ void add_regen(CLI::App& golden, std::string& dir, int& exit_code) {
             return;
         }
         exit_code = kExitOk;
+        for (const auto& r : results)
+            if (!r.error.empty()) exit_code = kExitBadInput;
+        // The set is written all or nothing: one refused file keeps every other file as it was.
         for (const auto& r : results) {
-            if (!r.error.empty()) {
-                std::cout << "golden: " << r.file << ": NOT REGENERATED, MALFORMED: " << r.error << "\n";
-                exit_code = kExitBadInput;
-            } else {
-                std::cout << "golden: " << r.file << ": " << (r.changed ? "rewritten" : "unchanged") << "\n";
-            }
+            std::cout << "golden: " << r.file << ": ";
+            if (!r.error.empty()) std::cout << "NOT REGENERATED: " << r.error << "\n";
+            else if (r.written) std::cout << "rewritten\n";
+            else if (!r.changed) std::cout << "unchanged\n";
+            else std::cout << "not rewritten (another file of the set was refused)\n";
         }
         if (exit_code == kExitOk) std::cout << "golden: now run build/bin/kvcheck golden verify\n";
     });

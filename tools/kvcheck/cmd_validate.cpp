@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -151,11 +150,8 @@ struct CaseRun {
 };
 
 // The child's protocol: lines "P <json>" (a provisional FAIL, before shrinking) and "F <json>" (the final result).
-void send(int fd, char tag, prop::CaseResult r) {
-    if (!std::isfinite(r.headroom)) { // JSON has no NaN or infinity; keep the line readable
-        r.notes.push_back("headroom was " + std::to_string(r.headroom));
-        r.headroom = 0;
-    }
+// prop::to_json spells NaN and infinities as strings, so a NaN output travels like any other number.
+void send(int fd, char tag, const prop::CaseResult& r) {
     write_all(fd, std::string(1, tag) + " " + dump_json(prop::to_json(r)) + "\n");
 }
 
@@ -223,8 +219,9 @@ prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
     return r;
 }
 
+// `unshrunk_note` empty: a FAIL is shrunk; otherwise it is reported as generated, with that note (why not).
 CaseRun run_case_isolated(const prop::Target& t, const prop::Property& p, const prop::RunSettings& s, int index,
-                          double timeout_s) {
+                          double timeout_s, const std::string& unshrunk_note) {
     const auto body = [&](int fd) {
         prop::CaseResult first = prop::evaluate_case(t, p, prop::generate_case(p, s, index, &t.caps));
         first.id = prop::case_id(p.id, index);
@@ -233,8 +230,13 @@ CaseRun run_case_isolated(const prop::Target& t, const prop::Property& p, const 
             send(fd, 'F', first);
             return;
         }
+        if (!unshrunk_note.empty()) {
+            first.notes.push_back(unshrunk_note);
+            send(fd, 'F', first);
+            return;
+        }
         send(fd, 'P', first); // survives if shrinking crashes or hangs
-        send(fd, 'F', prop::run_case(t, p, s, index));
+        send(fd, 'F', prop::shrink_case(t, p, s, index, std::move(first)));
     };
     const ChildRun run = run_in_child(body, timeout_s);
     prop::CaseResult fresh;
@@ -279,9 +281,22 @@ struct ValidateOptions {
     std::string filter;
     std::string shard;
     double timeout = 30;
+    std::string shrink_first_text = "3";
+    int shrink_first = 3; // parsed from shrink_first_text: FAILs shrunk per property and implementation
     std::string report, junit;
     std::string counterexamples = "kvcheck-counterexamples";
 };
+
+constexpr int kShrinkAll = 1000000000;
+
+// "all", or a count from 0 (counts of kShrinkAll and more mean all).
+int parse_shrink_first(const std::string& text) {
+    if (text == "all") return kShrinkAll;
+    static const std::regex digits("[0-9]{1,18}");
+    if (!std::regex_match(text, digits))
+        throw BadInput("--shrink-first " + text + ": expected a number of failures (0 = none) or all");
+    return static_cast<int>(std::min<long long>(std::stoll(text), kShrinkAll));
+}
 
 struct Shard {
     uint64_t index = 0, count = 1;
@@ -434,10 +449,15 @@ std::string verdict_table(const std::vector<Row>& rows, bool with_label, bool ju
         line.push_back(row_result(r, judge_core));
         cells.push_back(line);
     }
+    // Count columns share one fixed width, that of the longest verdict name (QUALITY_WARNING, 15 characters), so
+    // tables of different runs line up whatever the counts.
+    const std::size_t first_count = with_label ? 2 : 1, last_count = first_count + kVerdictCount;
+    std::size_t count_width = 0;
+    for (Verdict v : kVerdicts) count_width = std::max(count_width, std::string(prop::verdict_name(v)).size());
     std::vector<std::size_t> width(head.size(), 0);
+    for (std::size_t c = first_count; c < last_count; ++c) width[c] = count_width;
     for (const auto& line : cells)
         for (std::size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
-    const std::size_t first_count = with_label ? 2 : 1, last_count = first_count + kVerdictCount;
     std::ostringstream s;
     for (const auto& line : cells) {
         for (std::size_t c = 0; c < line.size(); ++c) {
@@ -468,8 +488,12 @@ std::string case_details(const prop::CaseResult& r, const std::string& label, co
     s << "\n  property: " << r.property;
     if (!r.failed_property.empty() && r.failed_property != r.property) s << " (violated: " << r.failed_property << ")";
     s << "\n  reason: " << r.reason << "\n";
-    if (r.mismatch) s << "  first mismatch: " << r.mismatch->describe() << "\n";
-    if (r.verdict == Verdict::Fail)
+    if (r.mismatch) s << "  first mismatch: " << prop::mismatch_text(*r.mismatch) << "\n";
+    const bool unshrunk = std::any_of(r.notes.begin(), r.notes.end(),
+                                      [](const std::string& n) { return n.rfind("not shrunk", 0) == 0; });
+    if (r.verdict == Verdict::Fail && unshrunk)
+        s << "  counterexample (not shrunk; case seed " << r.seed << ", run seed " << run_seed << "):\n";
+    else if (r.verdict == Verdict::Fail)
         s << "  counterexample (shrunk in " << r.shrink_steps << " steps; case seed " << r.seed << ", run seed "
           << run_seed << "):\n";
     else
@@ -517,6 +541,7 @@ uint64_t parse_seed(const std::string& text) {
 
 int validate(ValidateOptions& o) {
     o.seed = parse_seed(o.seed_text);
+    o.shrink_first = parse_shrink_first(o.shrink_first_text);
     const Shard shard = o.shard.empty() ? Shard{} : parse_shard(o.shard);
     std::size_t unsharded = 0;
     const std::vector<CaseRef> cases = select_cases(o, shard, unsharded);
@@ -547,6 +572,7 @@ int validate(ValidateOptions& o) {
               << " --seed " << o.seed << " --profile " << o.profile << " --cases " << o.cases;
     if (!o.filter.empty()) std::cout << " --filter " << shell_quote(o.filter);
     if (!o.shard.empty()) std::cout << " --shard " << o.shard;
+    if (o.shrink_first_text != "3") std::cout << " --shrink-first " << shell_quote(o.shrink_first_text);
     std::cout << "\n";
 
     nlohmann::json report = {
@@ -561,17 +587,20 @@ int validate(ValidateOptions& o) {
           {"filter", o.filter.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.filter)},
           {"shard", {{"index", shard.index}, {"count", shard.count}}},
           {"selected_cases", cases.size()},
-          {"timeout_s", o.timeout}}},
+          {"timeout_s", o.timeout},
+          {"shrink_first", o.shrink_first >= kShrinkAll ? nlohmann::json("all") : nlohmann::json(o.shrink_first)}}},
         {"implementations", nlohmann::json::array()}};
 
     Progress progress(cases.size() * subjects.size());
     std::vector<Row> rows;
     int totals[kVerdictCount] = {};
+    int unshrunk_failures = 0;
     for (const Subject& subj : subjects) {
         progress.clear();
         std::cout << "\n" << subject_header(subj) << std::flush;
         nlohmann::json case_list = nlohmann::json::array();
         std::map<std::string, int> printed_in_full; // per property
+        std::map<std::string, int> failures;        // per property: the first o.shrink_first are shrunk
         int counts[kVerdictCount] = {};
         const std::size_t first_row = rows.size();
         for (std::size_t k = 0; k < cases.size(); ++k) {
@@ -579,8 +608,16 @@ int validate(ValidateOptions& o) {
             if (rows.size() == first_row || rows.back().property != ref.property->id)
                 rows.push_back({subj.label, ref.property->id, {}});
             Row& row = rows.back();
-            CaseRun run = run_case_isolated(subj.target, *ref.property, settings, ref.index, o.timeout);
+            // The parent decides before the child starts: cases run one at a time, so it knows the FAILs so far.
+            const bool shrink = failures[ref.property->id] < o.shrink_first;
+            const std::string unshrunk_note =
+                shrink ? std::string()
+                       : "not shrunk: only the first " + std::to_string(o.shrink_first) + " failures of " +
+                             ref.property->id + " are shrunk (--shrink-first)";
+            CaseRun run = run_case_isolated(subj.target, *ref.property, settings, ref.index, o.timeout, unshrunk_note);
             const prop::CaseResult& r = run.result;
+            if (r.verdict == Verdict::Fail) ++failures[ref.property->id];
+            if (r.verdict == Verdict::Fail && !shrink) ++unshrunk_failures;
             const int vi = verdict_index(r.verdict);
             ++row.counts[vi];
             ++counts[vi];
@@ -643,6 +680,9 @@ int validate(ValidateOptions& o) {
     std::cout << "\nverdict table (seed " << o.seed << ", profile " << o.profile << ", " << o.cases
               << " cases per property" << (o.shard.empty() ? "" : ", shard " + o.shard) << ")\n";
     std::cout << verdict_table(rows, several, o.shard.empty());
+    if (unshrunk_failures)
+        std::cout << unshrunk_failures << " failures were reported unshrunk (only the first " << o.shrink_first
+                  << " of each property are shrunk; --shrink-first N or all changes that)\n";
     if (several)
         for (const auto& impl : report["implementations"])
             std::cout << impl["label"].get<std::string>() << ": "
@@ -674,6 +714,7 @@ struct ReplayDocument {
     const prop::Property* property = nullptr;
     prop::Case c;
     std::string id, recorded_verdict, recorded_reason;
+    std::optional<prop::Mismatch> recorded_mismatch;
     uint64_t seed = 0;
 };
 
@@ -705,6 +746,7 @@ ReplayDocument read_replay(const std::string& path) {
         d.seed = j.value("seed", uint64_t{0});
         d.recorded_verdict = j.value("verdict", std::string("FAIL"));
         d.recorded_reason = j.value("expected_failure", std::string());
+        if (j.contains("expected_mismatch")) d.recorded_mismatch = prop::mismatch_from_json(j["expected_mismatch"]);
     } catch (const std::invalid_argument& e) {
         throw BadInput(path + ": malformed " + e.what());
     } catch (const nlohmann::json::exception& e) {
@@ -720,12 +762,14 @@ int replay(const ReplayOptions& o) {
     std::cout << "kvcheck " KVCHECK_VERSION " replay " << o.file << "\n" << subject_header(subj);
     std::cout << "case " << d.id << " of property " << d.property->id << " (case seed " << d.seed << ")\n";
     if (!d.recorded_reason.empty()) std::cout << "recorded: " << d.recorded_verdict << ": " << d.recorded_reason << "\n";
+    if (d.recorded_mismatch)
+        std::cout << "recorded first mismatch: " << prop::mismatch_text(*d.recorded_mismatch) << "\n";
     std::cout << indent(prop::describe(d.c), "  ");
     const CaseRun run = replay_isolated(subj.target, *d.property, d.c, d.id, d.seed, o.timeout);
     const prop::CaseResult& r = run.result;
     std::cout << "verdict: " << prop::verdict_name(r.verdict) << "\n";
     if (!r.reason.empty()) std::cout << "reason: " << r.reason << "\n";
-    if (r.mismatch) std::cout << "first mismatch: " << r.mismatch->describe() << "\n";
+    if (r.mismatch) std::cout << "first mismatch: " << prop::mismatch_text(*r.mismatch) << "\n";
     for (const std::string& n : r.notes) std::cout << "note: " << n << "\n";
     if (!run.output.empty()) std::cout << "the implementation wrote:\n" << indent(run.output, "  | ");
     return conformant(r.verdict) ? kExitOk : kExitNotConformant;
@@ -765,6 +809,10 @@ void add_validate_commands(CLI::App& app, int& exit_code) {
     validate_cmd->add_option("--shard", v.shard, "I/N: run only position k of the case list with k % N == I");
     validate_cmd->add_option("--timeout", v.timeout, "seconds per case (shrinking included) before TIMEOUT")
         ->check(CLI::Range(0.001, 1e6))
+        ->capture_default_str();
+    validate_cmd->add_option("--shrink-first", v.shrink_first_text,
+                             "shrink only the first N failures of each property (0: none, all: every one); later "
+                             "failures are reported as generated, with a note")
         ->capture_default_str();
     validate_cmd->add_option("--report", v.report, "write the JSON report to this file");
     validate_cmd->add_option("--junit", v.junit, "write a JUnit XML report to this file");

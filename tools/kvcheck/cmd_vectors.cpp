@@ -28,6 +28,9 @@ void add_export(CLI::App& app, int& exit_code) {
     cmd->add_option("--dtypes", o.dtypes, "comma-separated cache dtypes to keep (f32, f16, bf16)")
         ->delimiter(',')
         ->capture_default_str();
+    cmd->add_option("--caps", o.caps,
+                    "JSON file declaring the implementation's capabilities, limits and pipeline (docs/vectors.md): "
+                    "cases outside them are listed as not supported instead of exported");
     cmd->callback([&exit_code] { exit_code = vec::run_export(o, std::cout, std::cerr); });
 }
 

@@ -15,6 +15,7 @@ struct ExportOptions {
     uint64_t seed = 20261129;        // the run seed (the same as `kvcheck validate --seed`)
     std::vector<std::string> properties{"EQUIV", "CACHE-CONTENT", "APPEND-ONLY", "MEMORY"};
     std::vector<std::string> dtypes{"f32", "f16", "bf16"};
+    std::string caps; // the implementation's declaration (vectors_caps.hpp); "" = export every case
 };
 
 // Returns a process exit code (commands.hpp): 0 written, 2 bad options or unwritable directory, 3 internal.

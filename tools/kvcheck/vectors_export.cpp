@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "safetensors.hpp"
+#include "vectors_caps.hpp"
 #include "vectors_model.hpp"
 
 #include "kvcheck/abi.hpp"
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 namespace kvc::vec {
@@ -65,40 +67,51 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
         const Step& step = expanded[i];
         steps.push_back(step_json(step, i));
         nlohmann::json ej = {{"step", i}};
-        if (step.kind == StepKind::Append) {
+        if (step.appends()) {
             const StepInputs in = step_inputs(c, step);
             const uint64_t n = step.n_new;
             st::put_f32(w.inputs.add(step_name(i, "q"), st::DType::F32, {n, Hq, d}), in.q.data(), in.q.size());
             st::put_f32(w.inputs.add(step_name(i, "k"), st::DType::F32, {n, Hkv, d}), in.k.data(), in.k.size());
             st::put_f32(w.inputs.add(step_name(i, "v"), st::DType::F32, {n, Hkv, d}), in.v.data(), in.v.size());
 
-            const StoredRows rows = expected_new_rows(cfg, step, in);
-            Stream& strm = streams[step.seq][step.layer];
-            strm.k.insert(strm.k.end(), rows.k.begin(), rows.k.end());
-            strm.v.insert(strm.v.end(), rows.v.begin(), rows.v.end());
-            strm.len += step.n_new;
-            lengths[step.seq][step.layer] = strm.len;
-
-            std::vector<double> oracle;
+            // per slice, packed like the inputs: [n][..]
+            std::vector<double> oracle, allowed_f32, allowed_c16;
             std::vector<float> v_scale;
-            RowBounds bounds;
-            if (step.n_new > 0) {
-                const prop::Expected e = prop::expect_outputs(cfg, in.q.data(), step.n_new, strm.k, strm.v, strm.len);
-                oracle.assign(e.oracle.begin(), e.oracle.end());
-                v_scale = e.v_scale;
-                bounds = row_bounds(cfg, e);
+            std::vector<uint8_t> k_bits, v_bits;
+            nlohmann::json rows = nlohmann::json::array();
+            for (const Slice& sl : step.slices) {
+                const float* q = in.q.data() + sl.token_begin * Hq * d;
+                const float* k = in.k.data() + sl.token_begin * Hkv * d;
+                const float* v = in.v.data() + sl.token_begin * Hkv * d;
+                const StoredRows r = expected_new_rows(cfg, sl, k, v);
+                Stream& strm = streams[sl.seq][step.layer];
+                strm.k.insert(strm.k.end(), r.k.begin(), r.k.end());
+                strm.v.insert(strm.v.end(), r.v.begin(), r.v.end());
+                strm.len += sl.n_new;
+                lengths[sl.seq][step.layer] = strm.len;
+                k_bits.insert(k_bits.end(), r.k_bits.begin(), r.k_bits.end());
+                v_bits.insert(v_bits.end(), r.v_bits.begin(), r.v_bits.end());
+                rows.push_back(strm.len);
+                if (sl.n_new == 0) continue;
+                const prop::Expected e = prop::expect_outputs(cfg, q, sl.n_new, strm.k, strm.v, strm.len);
+                oracle.insert(oracle.end(), e.oracle.begin(), e.oracle.end());
+                v_scale.insert(v_scale.end(), e.v_scale.begin(), e.v_scale.end());
+                const RowBounds bounds = row_bounds(cfg, e);
+                allowed_f32.insert(allowed_f32.end(), bounds.f32.begin(), bounds.f32.end());
+                allowed_c16.insert(allowed_c16.end(), bounds.cache_dtype.begin(), bounds.cache_dtype.end());
             }
-            st::put_f64(w.expected.add(step_name(i, "out"), st::DType::F64, {step.n_new, Hq, d}), oracle.data(),
+            st::put_f64(w.expected.add(step_name(i, "out"), st::DType::F64, {n, Hq, d}), oracle.data(),
                         oracle.size());
-            st::put_f32(w.expected.add(step_name(i, "v_scale"), st::DType::F32, {step.n_new, Hq}), v_scale.data(),
+            st::put_f32(w.expected.add(step_name(i, "v_scale"), st::DType::F32, {n, Hq}), v_scale.data(),
                         v_scale.size());
-            st::put_f64(w.expected.add(step_name(i, "allowed_f32"), st::DType::F64, {step.n_new, Hq}),
-                        bounds.f32.data(), bounds.f32.size());
-            st::put_f64(w.expected.add(step_name(i, "allowed_cache_dtype"), st::DType::F64, {step.n_new, Hq}),
-                        bounds.cache_dtype.data(), bounds.cache_dtype.size());
-            w.expected.add(step_name(i, "k"), cdt, {step.n_new, Hkv, d}).data = rows.k_bits;
-            w.expected.add(step_name(i, "v"), cdt, {step.n_new, Hkv, d}).data = rows.v_bits;
-            ej["rows"] = strm.len;
+            st::put_f64(w.expected.add(step_name(i, "allowed_f32"), st::DType::F64, {n, Hq}), allowed_f32.data(),
+                        allowed_f32.size());
+            st::put_f64(w.expected.add(step_name(i, "allowed_cache_dtype"), st::DType::F64, {n, Hq}),
+                        allowed_c16.data(), allowed_c16.size());
+            w.expected.add(step_name(i, "k"), cdt, {n, Hkv, d}).data = k_bits;
+            w.expected.add(step_name(i, "v"), cdt, {n, Hkv, d}).data = v_bits;
+            // an append gives the length of its (seq, layer); a batch one length per slice
+            ej["rows"] = step.kind == StepKind::Append ? rows[0] : rows;
         } else if (step.kind == StepKind::Fork) {
             for (uint32_t l = 0; l < cfg.n_layers; ++l) {
                 streams[step.child][l] = streams[step.seq][l];
@@ -180,6 +193,26 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
         return kExitBadInput;
     }
 
+    // The implementation's declaration: cases outside it are listed as not supported instead of exported.
+    Declared declared;
+    const bool have_caps = !o.caps.empty();
+    if (have_caps) {
+        std::ifstream in(o.caps);
+        if (!in) {
+            err << "kvcheck export: " << o.caps << ": cannot be opened (--caps)\n";
+            return kExitBadInput;
+        }
+        try {
+            declared = declared_from_json(nlohmann::json::parse(in), false);
+        } catch (const nlohmann::json::parse_error& e) {
+            err << "kvcheck export: " << o.caps << ": not valid JSON (" << e.what() << ")\n";
+            return kExitBadInput;
+        } catch (const std::invalid_argument& e) {
+            err << "kvcheck export: " << o.caps << ": " << e.what() << "\n";
+            return kExitBadInput;
+        }
+    }
+
     const fs::path dir(o.out);
     std::error_code ec;
     for (const fs::path& sub : {dir, dir / "inputs", dir / "expected"}) {
@@ -194,20 +227,43 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
     prop::RunSettings settings;
     settings.seed = o.seed;
     settings.cases = o.cases;
-    nlohmann::json cases = nlohmann::json::array();
+    nlohmann::json cases = nlohmann::json::array(), not_supported = nlohmann::json::array();
     std::vector<std::string> used_props, used_dtypes;
     for (uint32_t d : dtypes) used_dtypes.emplace_back(dtype_name(d));
     size_t n_files = 0;
+    const auto refuse = [&](const prop::Property& p, int index, const std::vector<std::string>& needs) {
+        not_supported.push_back({{"id", prop::case_id(p.id, index)},
+                                 {"property", p.id},
+                                 {"index", index},
+                                 {"seed", prop::case_seed(settings.seed, p.id, index)},
+                                 {"needs", needs}});
+    };
     try {
         for (const prop::Property* p : props) {
             used_props.push_back(p->id);
-            // Case `index` is exactly `kvcheck validate`'s case `index` for the same seed and --cases; cases of a
-            // dtype not asked for are skipped, so the indices may have gaps.
+            // A property about a feature the implementation lacks: every case is not supported, as in validate.
+            if (have_caps && p->feature && !(declared.caps.features & p->feature)) {
+                kvc_caps need{};
+                need.features = p->feature;
+                const std::vector<std::string> needs = prop::missing_caps(need, declared.caps);
+                for (int index = 0; index < o.cases; ++index) refuse(*p, index, needs);
+                continue;
+            }
+            // Case `index` is exactly `kvcheck validate`'s case `index` for the same seed, --cases and limits (drawn
+            // inside the declared sizes and head_dim multiples); cases of a dtype not asked for are skipped and
+            // cases outside the declaration listed as not supported, so the indices may have gaps.
             int accepted = 0;
             const int limit = o.cases * 200;
             for (int index = 0; accepted < o.cases && index < limit; ++index) {
-                const prop::Case c = prop::generate_case(*p, settings, index);
+                const prop::Case c = prop::generate_case(*p, settings, index, have_caps ? &declared.caps : nullptr);
                 if (!dtypes.count(c.cfg.dtype)) continue;
+                if (have_caps) {
+                    const std::vector<std::string> needs = unsupported(c, declared.caps);
+                    if (!needs.empty()) {
+                        refuse(*p, index, needs);
+                        continue;
+                    }
+                }
                 ++accepted;
                 const Written w = export_case(*p, settings, index, c);
                 st::write_file((dir / w.entry["inputs"].get<std::string>()).string(), w.inputs);
@@ -219,9 +275,10 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
             }
             if (accepted < o.cases)
                 err << "kvcheck export: warning: only " << accepted << " cases of " << p->id
-                    << " with the requested dtypes among the first " << limit << " indices\n";
+                    << " with the requested dtypes" << (have_caps ? " inside the declared capabilities" : "")
+                    << " among the first " << limit << " indices\n";
         }
-        const nlohmann::json manifest = {
+        nlohmann::json manifest = {
             {"kvcheck_vectors", kVectorsFormat},
             {"kvcheck_version", KVCHECK_VERSION},
             {"seed", o.seed},
@@ -230,15 +287,18 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
             {"dtypes", used_dtypes},
             {"results_format", kResultsFormat},
             {"about", "kvcheck conformance vectors; docs/vectors.md describes every file and the results to write "
-                      "back for `kvcheck grade`"},
-            {"cases", cases}};
+                      "back for `kvcheck grade`"}};
+        if (have_caps) manifest["declared"] = declared_to_json(declared);
+        manifest["not_supported"] = not_supported;
+        manifest["cases"] = cases;
         st::write_bytes_atomically((dir / "manifest.json").string(), manifest.dump(1) + "\n");
     } catch (const std::runtime_error& e) { // a file could not be written
         err << "kvcheck export: " << e.what() << "\n";
         return kExitBadInput;
     }
-    out << "kvcheck export: " << cases.size() << " cases (" << n_files + 1 << " files) written to " << dir.string()
-        << "\n";
+    out << "kvcheck export: " << cases.size() << " cases (" << n_files + 1 << " files) written to " << dir.string();
+    if (!not_supported.empty()) out << "; " << not_supported.size() << " outside the declared capabilities";
+    out << "\n";
     return cli::kExitOk;
 }
 

@@ -7,10 +7,12 @@
 #include "commands.hpp"
 #include "report.hpp"
 #include "safetensors.hpp"
+#include "vectors_caps.hpp"
 #include "vectors_model.hpp"
 
 #include "kvcheck/abi.hpp"
 #include "kvcheck/properties/oracle.hpp"
+#include "kvcheck/properties/properties.hpp"
 #include "kvcheck/properties/runner.hpp"
 #include "kvcheck/properties/tolerance.hpp"
 #include "kvcheck/reference/dtype.hpp"
@@ -93,9 +95,17 @@ struct VCase {
     std::vector<Step> steps;
 };
 
+// A case `kvcheck export` did not write because it lies outside the declared capabilities.
+struct Refused {
+    std::string id, property;
+    uint64_t seed = 0;
+    std::vector<std::string> needs;
+};
+
 struct Vectors {
     uint64_t seed = 0;
     std::vector<VCase> cases;
+    std::vector<Refused> refused;
 };
 
 // The inputs file must hold exactly what the case's data seed gives: the numbers the implementation computed with
@@ -110,7 +120,7 @@ void check_inputs(const fs::path& file, const VCase& vc) {
     const prop::CaseConfig& cfg = vc.c.cfg;
     for (size_t i = 0; i < vc.steps.size(); ++i) {
         const Step& s = vc.steps[i];
-        if (s.kind != StepKind::Append) continue;
+        if (!s.appends()) continue;
         const StepInputs in = step_inputs(vc.c, s);
         const std::pair<const char*, const std::vector<float>*> parts[] = {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}};
         for (const auto& [what, want] : parts) {
@@ -143,6 +153,20 @@ Vectors load_vectors(const fs::path& dir) {
     const json cases = field<json>(j, "cases", m);
     if (!cases.is_array()) throw BadInput(m + ": field \"cases\" is not an array");
     std::set<std::string> seen;
+    if (j.contains("not_supported")) {
+        const json& ns = j["not_supported"];
+        if (!ns.is_array()) throw BadInput(m + ": field \"not_supported\" is not an array");
+        for (size_t k = 0; k < ns.size(); ++k) {
+            const std::string where = m + ": not_supported #" + std::to_string(k);
+            Refused r;
+            r.id = field<std::string>(ns[k], "id", where);
+            r.property = field<std::string>(ns[k], "property", where);
+            r.seed = field<uint64_t>(ns[k], "seed", where);
+            r.needs = field<std::vector<std::string>>(ns[k], "needs", where);
+            if (!seen.insert(r.id).second) throw BadInput(where + ": case " + r.id + " listed twice");
+            v.refused.push_back(std::move(r));
+        }
+    }
     for (size_t k = 0; k < cases.size(); ++k) {
         const json& e = cases[k];
         const std::string where0 = m + ": case #" + std::to_string(k);
@@ -186,9 +210,8 @@ Vectors load_vectors(const fs::path& dir) {
 // ---- the results ----
 
 struct Results {
-    std::string name, version, precision_word;
-    uint32_t precision = KVC_PRECISION_F32;
-    std::set<std::string> caps;
+    std::string name, version;
+    Declared declared; // capabilities, limits and the pipeline it is graded for
 };
 
 Results load_results(const fs::path& dir) {
@@ -203,13 +226,11 @@ Results load_results(const fs::path& dir) {
     Results r;
     r.name = field<std::string>(j, "implementation", m);
     r.version = j.contains("version") ? field<std::string>(j, "version", m) : "";
-    r.precision_word = field<std::string>(j, "precision", m);
-    const int p = precision_from_word(r.precision_word);
-    if (p < 0)
-        throw BadInput(m + ": \"precision\" must be \"f32\" or \"q-and-v-accum-in-cache-dtype\", not \"" +
-                       r.precision_word + "\"");
-    r.precision = static_cast<uint32_t>(p);
-    for (const std::string& c : field<std::vector<std::string>>(j, "capabilities", m)) r.caps.insert(c);
+    try {
+        r.declared = declared_from_json(j, true);
+    } catch (const std::invalid_argument& e) {
+        throw BadInput(m + ": " + e.what());
+    }
     return r;
 }
 
@@ -246,7 +267,8 @@ public:
             step_ = static_cast<int>(i);
             const Step& s = vc_.steps[i];
             switch (s.kind) {
-            case StepKind::Append: append(s); break;
+            case StepKind::Append:
+            case StepKind::AppendBatch: append(s); break;
             case StepKind::Fork:
                 for (uint32_t l = 0; l < cfg_.n_layers; ++l) streams_[s.child][l] = streams_[s.seq][l];
                 break;
@@ -264,6 +286,17 @@ public:
     bool fails_f32_class = false;
 
 private:
+    // The rows the call's queries attend with its new rows as given (rotated, unrounded): what a pipeline that
+    // declares new_rows_unrounded computes with, and the hypothesis the diagnosis of a failure tries.
+    prop::Expected unrounded(const Stream& strm, const Slice& sl, const float* q, const float* k, const float* v) {
+        std::vector<float> ku = strm.k_eff, vu = strm.v_eff;
+        const size_t first = static_cast<size_t>(strm.len - sl.n_new) * row_;
+        for (uint32_t i = 0; i < sl.n_new; ++i)
+            prop::expected_rotated_key(cfg_, k + i * row_, sl.pos_begin + i, ku.data() + first + i * row_);
+        std::copy(v, v + static_cast<size_t>(sl.n_new) * row_, vu.begin() + static_cast<std::ptrdiff_t>(first));
+        return prop::expect_outputs(cfg_, q, sl.n_new, ku, vu, strm.len);
+    }
+
     [[noreturn]] void error(int step, const std::string& reason) { throw CaseError{reason, step}; }
 
     [[noreturn]] void fail(const std::string& reason, prop::Mismatch m) {
@@ -330,21 +363,31 @@ private:
 
     void append(const Step& s) {
         const std::string base = "step" + std::to_string(step_) + ".";
-        Stream& strm = streams_[s.seq][s.layer];
         const StepInputs in = step_inputs(vc_.c, s);
-        const StoredRows want = expected_new_rows(cfg_, s, in);
-        const uint32_t before = strm.len, after = before + s.n_new;
-
         const st::Tensor& out = tensor(base + "out", st::DType::F32);
         const std::vector<uint64_t> out_shape{s.n_new, cfg_.n_q_heads, d_};
         if (out.shape != out_shape)
             error(step_, file_ + ".safetensors: tensor \"" + base + "out\" has shape " + shape_text(out.shape) +
                              ", expected " + shape_text(out_shape));
-        const st::Tensor& kd = dump(base + "k", s.seq, s.layer, after);
-        const st::Tensor& vd = dump(base + "v", s.seq, s.layer, after);
+        const std::vector<float> actual = st::to_f32(out);
+        const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * d_;
+        for (const Slice& sl : s.slices)
+            append_slice(s, sl, in.q.data() + sl.token_begin * qrow, in.k.data() + sl.token_begin * row_,
+                         in.v.data() + sl.token_begin * row_, actual.data() + sl.token_begin * qrow);
+    }
+
+    // One sequence's part of an append step: q [n][Hq*d], k, v [n][Hkv*d] its inputs, out [n][Hq*d] its outputs.
+    void append_slice(const Step& s, const Slice& sl, const float* q, const float* k, const float* v,
+                      const float* out) {
+        Stream& strm = streams_[sl.seq][s.layer];
+        const StoredRows want = expected_new_rows(cfg_, sl, k, v);
+        const uint32_t before = strm.len, after = before + sl.n_new;
+        const size_t i_step = static_cast<size_t>(step_);
+        const st::Tensor& kd = dump(dump_name(s, i_step, sl, "k"), sl.seq, s.layer, after);
+        const st::Tensor& vd = dump(dump_name(s, i_step, sl, "v"), sl.seq, s.layer, after);
 
         // the new rows: rounded to the cache dtype, keys rotated (within an f32 rotation's error when rotated)
-        for (uint32_t i = 0; i < s.n_new; ++i)
+        for (uint32_t i = 0; i < sl.n_new; ++i)
             for (size_t x = 0; x < row_; ++x) {
                 const size_t e = i * row_ + x, at = (static_cast<size_t>(before) + i) * row_ + x;
                 const uint8_t* got_k = kd.data.data() + at * es_;
@@ -355,13 +398,13 @@ private:
                 const bool k_ok = std::memcmp(want_k, got_k, es_) == 0 ||
                                   (cfg_.rope != KVC_ROPE_NONE && std::isfinite(gk) &&
                                    std::fabs(static_cast<double>(gk) - want.k[e]) <=
-                                       prop::stored_key_bound(cfg_, in.k.data() + i * row_, before + i,
+                                       prop::stored_key_bound(cfg_, k + i * row_, before + i,
                                                               static_cast<uint32_t>(x)));
                 const bool v_ok = std::memcmp(want_v, got_v, es_) == 0;
                 strm.k_eff.push_back(k_ok ? gk : want.k[e]);
                 strm.v_eff.push_back(want.v[e]);
                 if (vc_.checks.content && (!k_ok || !v_ok)) {
-                    prop::Mismatch m = at_element(!k_ok ? "k" : "v", s.seq, s.layer, at);
+                    prop::Mismatch m = at_element(!k_ok ? "k" : "v", sl.seq, s.layer, at);
                     m.expected = !k_ok ? want.k[e] : want.v[e];
                     m.actual = !k_ok ? gk : gv;
                     fail(std::string("dumped ") + m.what + " differs from the appended value rounded to " +
@@ -370,22 +413,31 @@ private:
                          m);
                 }
             }
-        if (vc_.checks.unchanged) check_unchanged(strm, kd, vd, s.seq, s.layer);
+        if (vc_.checks.unchanged) check_unchanged(strm, kd, vd, sl.seq, s.layer);
         const auto old_bytes = static_cast<std::ptrdiff_t>(static_cast<size_t>(before) * row_ * es_);
         strm.k_known.insert(strm.k_known.end(), kd.data.begin() + old_bytes, kd.data.end());
         strm.v_known.insert(strm.v_known.end(), vd.data.begin() + old_bytes, vd.data.end());
         strm.len = after;
 
-        if (!vc_.checks.equiv || s.n_new == 0) return;
-        const std::vector<float> actual = st::to_f32(out);
-        const prop::Expected e = prop::expect_outputs(cfg_, in.q.data(), s.n_new, strm.k_eff, strm.v_eff, strm.len);
-        const prop::Grade g = prop::grade_outputs(cfg_, res_.precision, actual.data(), e);
+        if (!vc_.checks.equiv || sl.n_new == 0) return;
+        // graded for the pipeline it declares, new rows attended unrounded included (as the plugin session does)
+        const prop::Pipeline& pipe = res_.declared.pipeline;
+        const bool narrow_cache = cfg_.dtype != KVC_DTYPE_F32;
+        const bool declared_unrounded = pipe.new_rows_unrounded && narrow_cache;
+        const prop::Expected e = declared_unrounded
+                                     ? unrounded(strm, sl, q, k, v)
+                                     : prop::expect_outputs(cfg_, q, sl.n_new, strm.k_eff, strm.v_eff, strm.len);
+        prop::Grade g = prop::grade_outputs(cfg_, pipe, out, e);
         headroom = std::max(headroom, g.headroom);
         fails_f32_class = fails_f32_class || g.fails_f32_class;
         if (g.pass) return;
+        if (narrow_cache && !declared_unrounded && !g.nan) { // is it the new rows attended before rounding?
+            const prop::Expected alt = unrounded(strm, sl, q, k, v);
+            g = prop::grade_outputs(cfg_, pipe, out, e, &alt);
+        }
         prop::Mismatch m;
         m.what = "output";
-        m.seq = static_cast<int>(s.seq);
+        m.seq = static_cast<int>(sl.seq);
         m.layer = static_cast<int>(s.layer);
         m.pos = static_cast<int>(before + g.worst.token);
         m.head = static_cast<int>(g.worst.head);
@@ -452,14 +504,19 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
     const fs::path stp = results_dir / (vc.stem + ".safetensors"), jsp = results_dir / (vc.stem + ".json");
     const bool has_st = fs::exists(stp), has_js = fs::exists(jsp);
     if (!has_st && !has_js) {
-        std::vector<std::string> missing;
-        for (const std::string& w : vc.requires_)
-            if (!res.caps.count(w)) missing.push_back(w);
+        const kvc_caps& caps = res.declared.caps;
+        std::vector<std::string> missing = unsupported(vc.c, caps);
+        const prop::Property* p = prop::find_property(vc.property);
+        if (missing.empty() && p && p->feature && !(caps.features & p->feature)) {
+            kvc_caps need{};
+            need.features = p->feature;
+            missing = prop::missing_caps(need, caps);
+        }
         std::ostringstream m;
         if (!missing.empty()) {
             g.r.verdict = prop::Verdict::NotSupported;
             m << "needs";
-            for (const std::string& w : missing) m << " " << w;
+            for (size_t k = 0; k < missing.size(); ++k) m << (k ? ", " : " ") << missing[k];
         } else {
             g.r.verdict = prop::Verdict::Error;
             m << "no results (" << stp.filename().string() << " and " << jsp.filename().string()
@@ -487,7 +544,10 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
         grader.run();
         g.r.headroom = grader.headroom;
         if (grader.fails_f32_class)
-            g.r.notes.push_back("passes its declared precision class but would fail the f32 class");
+            g.r.notes.push_back("passes its declared precision pipeline but would fail the f32 class");
+        if (res.declared.pipeline.new_rows_unrounded && vc.c.cfg.dtype != KVC_DTYPE_F32 && vc.checks.equiv)
+            g.r.notes.push_back("declares new rows attended before rounding to the cache dtype: its outputs depend on "
+                                "how a prompt is split into calls");
         if (grader.headroom > prop::kQualityWarningHeadroom) {
             g.r.verdict = prop::Verdict::QualityWarning;
             std::ostringstream m;
@@ -529,34 +589,84 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         if (!fs::is_directory(o.results)) throw BadInput(o.results + ": not a directory (--results)");
         vectors = load_vectors(o.vectors);
         res = load_results(o.results);
+        for (const Refused& rf : vectors.refused) { // outside the declaration the export was given
+            Graded g;
+            g.r.id = rf.id;
+            g.r.property = rf.property;
+            g.r.seed = rf.seed;
+            g.r.verdict = prop::Verdict::NotSupported;
+            g.r.reason = "needs";
+            for (size_t k = 0; k < rf.needs.size(); ++k) g.r.reason += (k ? ", " : " ") + rf.needs[k];
+            g.r.reason += " (not exported)";
+            all.push_back(std::move(g));
+        }
         for (const VCase& vc : vectors.cases) all.push_back(grade_case(vc, res, o.results));
     } catch (const BadInput& e) {
         err << "kvcheck grade: " << e.what() << "\n";
         return cli::kExitBadInput;
     }
 
+    // the order of the export: property by property, index by index, refused cases among the exported ones
+    std::map<std::string, size_t> rank;
+    for (const Graded& g : all) rank.emplace(g.r.property, rank.size());
+    const auto index_of = [](const std::string& id) { // "EQUIV/12" -> 12; an id of another shape sorts first
+        const size_t slash = id.rfind('/');
+        const std::string n = slash == std::string::npos ? "" : id.substr(slash + 1);
+        if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos) return -1L;
+        return std::stol(n);
+    };
+    std::stable_sort(all.begin(), all.end(), [&](const Graded& a, const Graded& b) {
+        const size_t ra = rank[a.r.property], rb = rank[b.r.property];
+        return ra != rb ? ra < rb : index_of(a.r.id) < index_of(b.r.id);
+    });
+
+    const prop::Verdict order[] = {prop::Verdict::Pass, prop::Verdict::QualityWarning, prop::Verdict::Fail,
+                                   prop::Verdict::Error, prop::Verdict::NotSupported};
+    constexpr int kVerdictWidth = 15; // QUALITY_WARNING, the longest verdict name
     std::map<std::string, int> counts;
+    std::map<std::string, std::map<std::string, int>> by_property;
+    std::map<std::string, int> notes; // note -> cases carrying it
     bool bad = false;
     size_t width = 8;
     for (const Graded& g : all) width = std::max(width, g.r.id.size());
-    out << "kvcheck grade: " << res.name << (res.version.empty() ? "" : " " + res.version) << ", precision class "
-        << res.precision_word << ", " << all.size() << " cases\n";
+    out << "kvcheck grade: " << res.name << (res.version.empty() ? "" : " " + res.version) << ", pipeline "
+        << res.declared.pipeline_text << ", " << all.size() << " cases\n";
     for (const Graded& g : all) {
         const char* v = prop::verdict_name(g.r.verdict);
         ++counts[v];
+        ++by_property[g.r.property][v];
+        for (const std::string& n : g.r.notes) ++notes[n];
         bad = bad || g.r.verdict == prop::Verdict::Fail || g.r.verdict == prop::Verdict::Error;
-        out << "  " << std::left << std::setw(static_cast<int>(width)) << g.r.id << "  " << std::setw(15) << v;
-        if (g.r.verdict == prop::Verdict::Fail) out << g.r.failed_property << ": ";
+        std::ostringstream line;
+        line << "  " << std::left << std::setw(static_cast<int>(width)) << g.r.id << "  " << std::setw(kVerdictWidth)
+             << v << "  ";
+        if (g.r.verdict == prop::Verdict::Fail) line << g.r.failed_property << ": ";
         if (g.r.verdict == prop::Verdict::Pass) {
-            std::ostringstream h;
-            if (g.outputs) h << std::setprecision(3) << "headroom " << g.r.headroom;
-            out << h.str();
+            if (g.outputs) line << std::setprecision(3) << "headroom " << g.r.headroom;
         } else {
-            out << detail(g);
+            line << detail(g);
         }
+        std::string text = line.str();
+        text.erase(text.find_last_not_of(' ') + 1);
+        out << text << "\n";
+    }
+    // counts per property, one fixed-width column per verdict
+    size_t pw = 8;
+    for (const auto& [p, c] : by_property) pw = std::max(pw, p.size());
+    out << "  " << std::left << std::setw(static_cast<int>(pw)) << "property";
+    for (prop::Verdict v : order) out << "  " << std::right << std::setw(kVerdictWidth) << prop::verdict_name(v);
+    out << "\n";
+    std::vector<std::pair<size_t, std::string>> props;
+    for (const auto& [p, r] : rank) props.emplace_back(r, p);
+    std::sort(props.begin(), props.end());
+    for (const auto& pr : props) {
+        out << "  " << std::left << std::setw(static_cast<int>(pw)) << pr.second;
+        for (prop::Verdict v : order)
+            out << "  " << std::right << std::setw(kVerdictWidth) << by_property[pr.second][prop::verdict_name(v)];
         out << "\n";
     }
-    out << "summary:";
+    for (const auto& [n, k] : notes) out << "note (" << k << (k == 1 ? " case" : " cases") << "): " << n << "\n";
+    out << std::left << "summary:";
     for (const auto& [v, n] : counts) out << " " << n << " " << v;
     out << (bad ? "  => NOT CONFORMANT" : "  => every case passes or is not supported") << "\n";
     const int code = bad ? cli::kExitNotConformant : cli::kExitOk;
@@ -580,9 +690,10 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
                                   json::array({{{"name", res.name},
                                                 {"label", res.name},
                                                 {"version", res.version},
-                                                {"precision", res.precision_word},
-                                                {"capabilities",
-                                                 std::vector<std::string>(res.caps.begin(), res.caps.end())},
+                                                {"precision", res.declared.pipeline_text},
+                                                {"pipeline", prop::to_json(res.declared.pipeline)},
+                                                {"capabilities", capability_words(res.declared.caps)},
+                                                {"declared", declared_to_json(res.declared)},
                                                 {"cases", cases}}})},
                                  {"vectors_seed", vectors.seed},
                                  {"summary", summary},

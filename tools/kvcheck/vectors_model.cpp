@@ -47,6 +47,7 @@ std::vector<std::string> offline_property_ids() {
 const char* step_kind_name(StepKind k) {
     switch (k) {
     case StepKind::Append: return "append";
+    case StepKind::AppendBatch: return "append_batch";
     case StepKind::Fork: return "fork";
     case StepKind::Release: return "release";
     }
@@ -69,16 +70,30 @@ std::vector<Step> expand_steps(const prop::Case& c) {
                 order.resize(c.cfg.n_layers);
                 std::iota(order.begin(), order.end(), 0u);
             }
-            for (uint32_t layer : order)
-                for (const prop::SeqAppend& a : op.appends) {
-                    s.kind = StepKind::Append;
-                    s.seq = a.seq;
-                    s.layer = layer;
-                    s.n_new = a.n_new;
-                    s.pos_begin = len.at(a.seq).at(layer);
-                    len[a.seq][layer] += a.n_new;
-                    steps.push_back(s);
+            const bool batch = op.kind == prop::OpKind::AppendBatch;
+            for (uint32_t layer : order) {
+                // an Append op with several entries is one call per entry, as the session makes it
+                for (size_t a = 0; a < op.appends.size(); ++a) {
+                    const prop::SeqAppend& sa = op.appends[a];
+                    if (!batch || a == 0) {
+                        s.kind = batch ? StepKind::AppendBatch : StepKind::Append;
+                        s.layer = layer;
+                        s.n_new = 0;
+                        s.slices.clear();
+                    }
+                    Slice sl;
+                    sl.seq = sa.seq;
+                    sl.n_new = sa.n_new;
+                    sl.pos_begin = len.at(sa.seq).at(layer);
+                    sl.token_begin = s.n_new;
+                    len[sa.seq][layer] += sa.n_new;
+                    s.n_new += sa.n_new;
+                    s.slices.push_back(sl);
+                    s.seq = batch ? 0 : sa.seq;
+                    s.pos_begin = batch ? 0 : sl.pos_begin;
+                    if (!batch || a + 1 == op.appends.size()) steps.push_back(s);
                 }
+            }
             break;
         }
         case prop::OpKind::Fork:
@@ -99,18 +114,41 @@ std::vector<Step> expand_steps(const prop::Case& c) {
     return steps;
 }
 
+std::string dump_name(const Step& s, size_t i, const Slice& sl, const char* kv) {
+    const std::string base = "step" + std::to_string(i) + ".";
+    if (s.kind == StepKind::AppendBatch) return base + "s" + std::to_string(sl.seq) + "." + kv;
+    return base + kv;
+}
+
 nlohmann::json step_json(const Step& s, size_t i) {
     nlohmann::json j = {{"step", i}, {"op", step_kind_name(s.kind)}, {"op_index", s.op}};
     const std::string base = "step" + std::to_string(i) + ".";
+    const nlohmann::json inputs = {{"q", base + "q"}, {"k", base + "k"}, {"v", base + "v"}};
     switch (s.kind) {
-    case StepKind::Append:
-        j.update({{"seq", s.seq},
+    case StepKind::Append: {
+        const Slice& sl = s.slices.front();
+        j.update({{"seq", sl.seq},
                   {"layer", s.layer},
-                  {"n_new", s.n_new},
-                  {"pos_begin", s.pos_begin},
-                  {"pos_end", s.pos_begin + s.n_new},
-                  {"inputs", {{"q", base + "q"}, {"k", base + "k"}, {"v", base + "v"}}}});
+                  {"n_new", sl.n_new},
+                  {"pos_begin", sl.pos_begin},
+                  {"pos_end", sl.pos_begin + sl.n_new},
+                  {"inputs", inputs},
+                  {"dump", {{"k", dump_name(s, i, sl, "k")}, {"v", dump_name(s, i, sl, "v")}}}});
         break;
+    }
+    case StepKind::AppendBatch: {
+        nlohmann::json slices = nlohmann::json::array();
+        for (const Slice& sl : s.slices)
+            slices.push_back({{"seq", sl.seq},
+                              {"n_new", sl.n_new},
+                              {"token_begin", sl.token_begin},
+                              {"token_end", sl.token_begin + sl.n_new},
+                              {"pos_begin", sl.pos_begin},
+                              {"pos_end", sl.pos_begin + sl.n_new},
+                              {"dump", {{"k", dump_name(s, i, sl, "k")}, {"v", dump_name(s, i, sl, "v")}}}});
+        j.update({{"layer", s.layer}, {"n_new", s.n_new}, {"inputs", inputs}, {"slices", slices}});
+        break;
+    }
     case StepKind::Fork: j.update({{"parent", s.seq}, {"child", s.child}}); break;
     case StepKind::Release: j["seq"] = s.seq; break;
     }
@@ -124,31 +162,37 @@ StepInputs step_inputs(const prop::Case& c, const Step& s) {
     in.q.resize(s.n_new * qrow);
     in.k.resize(s.n_new * row);
     in.v.resize(s.n_new * row);
-    // the same coordinates the session passes to input_value: (op, seq, layer, token within the append, which, idx)
-    for (uint32_t i = 0; i < s.n_new; ++i) {
-        for (size_t x = 0; x < qrow; ++x)
-            in.q[i * qrow + x] = prop::input_value(c.data_seed, s.op, s.seq, s.layer, i, 0, static_cast<uint32_t>(x));
-        for (size_t x = 0; x < row; ++x) {
-            in.k[i * row + x] = prop::input_value(c.data_seed, s.op, s.seq, s.layer, i, 1, static_cast<uint32_t>(x));
-            in.v[i * row + x] = prop::input_value(c.data_seed, s.op, s.seq, s.layer, i, 2, static_cast<uint32_t>(x));
+    // the same coordinates the session passes to input_value: (op, seq, layer, token within the sequence's append,
+    // which, idx); a batch packs its sequences' tokens one after another
+    for (const Slice& sl : s.slices)
+        for (uint32_t i = 0; i < sl.n_new; ++i) {
+            const size_t t = sl.token_begin + i;
+            for (size_t x = 0; x < qrow; ++x)
+                in.q[t * qrow + x] =
+                    prop::input_value(c.data_seed, s.op, sl.seq, s.layer, i, 0, static_cast<uint32_t>(x));
+            for (size_t x = 0; x < row; ++x) {
+                in.k[t * row + x] =
+                    prop::input_value(c.data_seed, s.op, sl.seq, s.layer, i, 1, static_cast<uint32_t>(x));
+                in.v[t * row + x] =
+                    prop::input_value(c.data_seed, s.op, sl.seq, s.layer, i, 2, static_cast<uint32_t>(x));
+            }
         }
-    }
     return in;
 }
 
-StoredRows expected_new_rows(const prop::CaseConfig& cfg, const Step& s, const StepInputs& in) {
+StoredRows expected_new_rows(const prop::CaseConfig& cfg, const Slice& sl, const float* k, const float* v) {
     const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
     const size_t es = dtype_size(cfg.dtype);
     StoredRows r;
-    r.k.resize(s.n_new * row);
-    r.v.resize(s.n_new * row);
-    r.k_bits.resize(s.n_new * row * es);
-    r.v_bits.resize(s.n_new * row * es);
-    for (uint32_t i = 0; i < s.n_new; ++i)
-        prop::expected_stored_key(cfg, in.k.data() + i * row, s.pos_begin + i, r.k.data() + i * row);
+    r.k.resize(sl.n_new * row);
+    r.v.resize(sl.n_new * row);
+    r.k_bits.resize(sl.n_new * row * es);
+    r.v_bits.resize(sl.n_new * row * es);
+    for (uint32_t i = 0; i < sl.n_new; ++i)
+        prop::expected_stored_key(cfg, k + i * row, sl.pos_begin + i, r.k.data() + i * row);
     for (size_t x = 0; x < r.k.size(); ++x) {
         ref::store_dtype(r.k[x], cfg.dtype, r.k_bits.data() + x * es);
-        ref::store_dtype(in.v[x], cfg.dtype, r.v_bits.data() + x * es);
+        ref::store_dtype(v[x], cfg.dtype, r.v_bits.data() + x * es);
         r.v[x] = ref::load_dtype(r.v_bits.data() + x * es, cfg.dtype);
     }
     return r;
@@ -156,21 +200,16 @@ StoredRows expected_new_rows(const prop::CaseConfig& cfg, const Step& s, const S
 
 RowBounds row_bounds(const prop::CaseConfig& cfg, const prop::Expected& e) {
     const uint32_t d = cfg.head_dim, Hq = cfg.n_q_heads;
-    const double floor_f32 = prop::tolerance_floor(KVC_PRECISION_F32, cfg.dtype);
-    const double floor_c16 = prop::tolerance_floor(KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE, cfg.dtype);
+    const auto f32 = prop::allowed_errors(cfg, prop::pipeline_preset(KVC_PRECISION_F32), e);
+    const auto c16 = prop::allowed_errors(cfg, prop::pipeline_preset(KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE), e);
     RowBounds b;
     b.f32.resize(static_cast<size_t>(e.n_new) * Hq);
     b.cache_dtype.resize(b.f32.size());
-    for (size_t r = 0; r < b.f32.size(); ++r) {
-        const double vs = e.v_scale[r];
-        double n32 = 0, n16 = 0;
-        for (uint32_t x = 0; x < d; ++x) {
-            const double want = static_cast<double>(e.oracle[r * d + x]);
-            n32 = std::max(n32, std::fabs(e.naive_f32[r * d + x] - want) / vs);
-            n16 = std::max(n16, std::fabs(e.naive_cache_accum[r * d + x] - want) / vs);
-        }
-        b.f32[r] = std::max(2.0 * n32, floor_f32);
-        b.cache_dtype[r] = std::max(2.0 * n16, floor_c16);
+    for (size_t r = 0; r < b.f32.size(); ++r) { // the tightest element of the row: a bound that holds for all
+        b.f32[r] = *std::min_element(f32.begin() + static_cast<std::ptrdiff_t>(r * d),
+                                     f32.begin() + static_cast<std::ptrdiff_t>((r + 1) * d));
+        b.cache_dtype[r] = *std::min_element(c16.begin() + static_cast<std::ptrdiff_t>(r * d),
+                                             c16.begin() + static_cast<std::ptrdiff_t>((r + 1) * d));
     }
     return b;
 }
@@ -200,10 +239,7 @@ std::string case_stem(const std::string& id) {
 std::vector<std::string> required_words(const prop::Case& c) {
     kvc_caps none{};
     none.struct_size = sizeof none;
-    std::vector<std::string> words;
-    for (const std::string& w : prop::missing_caps(prop::required_caps(c), none))
-        if (w != "batch") words.push_back(w); // a batch is replayed as single-sequence appends
-    return words;
+    return prop::missing_caps(prop::required_caps(c), none); // a batch is one call: "batch" is a requirement
 }
 
 nlohmann::json config_json(const prop::CaseConfig& cfg) {
@@ -220,17 +256,6 @@ nlohmann::json config_json(const prop::CaseConfig& cfg) {
             {"max_seqs", cfg.max_seqs},
             {"max_tokens", cfg.max_tokens},
             {"block_size_hint", cfg.block_size_hint}};
-}
-
-const char* precision_word(uint32_t precision) {
-    return precision == KVC_PRECISION_F32 ? "f32" : "q-and-v-accum-in-cache-dtype";
-}
-
-int precision_from_word(const std::string& w) {
-    if (w == "f32") return KVC_PRECISION_F32;
-    if (w == "q-and-v-accum-in-cache-dtype" || w == "q_and_v_accum_in_cache_dtype")
-        return KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE;
-    return -1;
 }
 
 } // namespace kvc::vec

@@ -1,5 +1,7 @@
 #include "vocabulary.hpp"
 
+#include "kvcheck/properties/tolerance.hpp"
+
 #include <sstream>
 
 namespace kvc::cli {
@@ -93,7 +95,12 @@ nlohmann::json caps_to_json(const kvc_caps& caps) {
               {"max_kv_heads", limit(caps.max_kv_heads)},
               {"max_head_dim", limit(caps.max_head_dim)},
               {"max_seqs", limit(caps.max_seqs)},
-              {"max_tokens", limit(caps.max_tokens)}}}};
+              {"max_tokens", limit(caps.max_tokens)},
+              {"head_dim_multiple", caps.head_dim_multiple > 1 ? nlohmann::json(caps.head_dim_multiple) : nullptr},
+              {"head_dim_multiple_rope",
+               caps.head_dim_multiple_rope > 1 ? nlohmann::json(caps.head_dim_multiple_rope) : nullptr}}},
+            {"pipeline", prop::to_json(prop::declared_pipeline(caps))},
+            {"pipeline_name", prop::pipeline_name(prop::declared_pipeline(caps))}};
 }
 
 std::string caps_to_text(const kvc_caps& caps, const std::string& indent) {
@@ -102,7 +109,7 @@ std::string caps_to_text(const kvc_caps& caps, const std::string& indent) {
     s << indent << "dtypes: " << join(j["dtypes"].get<std::vector<std::string>>())
       << "; rope: " << join(j["rope_variants"].get<std::vector<std::string>>())
       << "; features: " << join(j["features"].get<std::vector<std::string>>()) << "\n";
-    s << indent << "precision class: " << j["precision"].get<std::string>()
+    s << indent << "precision pipeline: " << j["pipeline_name"].get<std::string>()
       << "; memory space: " << j["memory_space"].get<std::string>() << "; limits:";
     bool any = false;
     for (const auto& [k, v] : j["limits"].items())

@@ -11,7 +11,9 @@ attends with their queries: query i sees every cached row plus new rows 0..i (ca
 used once and never kept. Attention runs in float64 on the rows as stored, so this implementation declares the
 "f32" precision class. docs/vectors.md describes the files.
 
---bug skip-self makes a query miss its own key, to show what a failure looks like.
+--bug skip-self makes a query miss its own key, to show what a failure looks like. --bug unrounded-new-rows makes
+a 16-bit cache attend a call's new rows as given (f32) while storing them rounded, as some real kernels do; declared
+with --pipeline '{"new_rows_unrounded": true}' that is graded for what it is.
 """
 
 import argparse
@@ -24,7 +26,8 @@ import numpy as np
 import safetensors_np as st
 
 # What this implementation supports, in the words kvcheck's manifest uses for a case's "requires".
-CAPABILITIES = ["dtype f32", "dtype f16", "dtype bf16", "rope neox", "rope gptj", "gqa", "chunked", "fork", "release"]
+CAPABILITIES = ["dtype f32", "dtype f16", "dtype bf16", "rope neox", "rope gptj", "gqa", "chunked", "fork", "release",
+                "batch"]
 STORAGE = {"f32": ("F32", np.float32), "f16": ("F16", np.float16), "bf16": ("BF16", np.uint16)}
 
 
@@ -81,7 +84,7 @@ def f32_from_bits(text):
 
 
 class KVCache:
-    def __init__(self, cfg, skip_self=False):
+    def __init__(self, cfg, skip_self=False, unrounded_new_rows=False):
         self.layers = cfg["n_layers"]
         self.hq, self.hkv, self.d = cfg["n_q_heads"], cfg["n_kv_heads"], cfg["head_dim"]
         self.dtype = cfg["dtype"]
@@ -90,6 +93,7 @@ class KVCache:
         self.scale = f32_from_bits(cfg["scale_bits"])
         self.max_tokens = cfg["max_tokens"]
         self.skip_self = skip_self
+        self.unrounded_new_rows = unrounded_new_rows
         self.k, self.v, self.length = {}, {}, {}  # (seq, layer) -> [max_tokens, hkv, d] storage, rows used
 
     def _stream(self, seq, layer):
@@ -118,8 +122,10 @@ class KVCache:
         self.length[key] = total = before + n
         # attend: query head h reads KV head h // (hq / hkv)
         group = self.hq // self.hkv
-        K = np.repeat(widen(self.k[key][:total], self.dtype), group, axis=1)  # [T, hq, d]
-        V = np.repeat(widen(self.v[key][:total], self.dtype), group, axis=1)
+        K, V = widen(self.k[key][:total], self.dtype), widen(self.v[key][:total], self.dtype)
+        if self.unrounded_new_rows:  # the new rows as given, not as stored: outputs then depend on chunking
+            K[before:], V[before:] = k.astype(np.float64), v.astype(np.float64)
+        K, V = np.repeat(K, group, axis=1), np.repeat(V, group, axis=1)  # [T, hq, d]
         scores = np.einsum("ihd,thd->hit", q, K) * np.float64(self.scale)  # [hq, n, T]
         # query i (position before + i) sees rows 0 .. before + i
         t = np.arange(total)[None, :]
@@ -157,20 +163,28 @@ class KVCache:
 # ---- running the vectors -----------------------------------------------------------------------------------------
 
 
-def run_case(case, vectors, results, skip_self):
+def run_case(case, vectors, results, bug):
     inputs, _, _ = st.read(os.path.join(vectors, case["inputs"]))
     cfg = case["config"]
-    cache = KVCache(cfg, skip_self)
+    cache = KVCache(cfg, bug == "skip-self", bug == "unrounded-new-rows")
     dt_name = STORAGE[cfg["dtype"]][0]
     out, live = [], []
     for step in case["steps"]:
         i = step["step"]
-        if step["op"] == "append":
+        if step["op"] in ("append", "append_batch"):
             names = step["inputs"]
             q, k, v = inputs[names["q"]], inputs[names["k"]], inputs[names["v"]]
-            o = cache.append_attend(step["seq"], step["layer"], q, k, v)
-            kd, vd = cache.dump(step["seq"], step["layer"])
-            out += [(f"step{i}.out", "F32", o), (f"step{i}.k", dt_name, kd), (f"step{i}.v", dt_name, vd)]
+            # a batch packs its sequences' tokens one after another; each slice says where its tokens are.
+            # This cache has no batched kernel: it runs the slices one by one, which is what a batch means.
+            slices = step["slices"] if step["op"] == "append_batch" else [
+                dict(seq=step["seq"], token_begin=0, token_end=step["n_new"], dump=step["dump"])]
+            o = np.zeros((q.shape[0], q.shape[1], q.shape[2]), np.float32)
+            for sl in slices:
+                b, e = sl["token_begin"], sl["token_end"]
+                o[b:e] = cache.append_attend(sl["seq"], step["layer"], q[b:e], k[b:e], v[b:e])
+                kd, vd = cache.dump(sl["seq"], step["layer"])
+                out += [(sl["dump"]["k"], dt_name, kd), (sl["dump"]["v"], dt_name, vd)]
+            out.append((f"step{i}.out", "F32", o))
         elif step["op"] == "fork":
             cache.fork(step["parent"], step["child"])
         elif step["op"] == "release":
@@ -192,7 +206,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vectors", required=True, help="directory written by `kvcheck export`")
     ap.add_argument("--results", required=True, help="directory to write the results to")
-    ap.add_argument("--bug", choices=["skip-self"], help="break the cache on purpose")
+    ap.add_argument("--bug", choices=["skip-self", "unrounded-new-rows"],
+                    help="break the cache on purpose: a query misses its own key; or a 16-bit cache attends the new "
+                         "rows as given instead of as stored")
+    ap.add_argument("--pipeline", default="f32",
+                    help="the rounding pipeline to declare: a preset name or a JSON object of stages (docs/vectors.md)")
     args = ap.parse_args()
 
     with open(os.path.join(args.vectors, "manifest.json")) as f:
@@ -203,11 +221,12 @@ def main():
         if not set(case["requires"]) <= set(CAPABILITIES):
             skipped += 1  # no results: graded NOT_SUPPORTED, since the manifest does not declare it
             continue
-        run_case(case, args.vectors, args.results, args.bug == "skip-self")
+        run_case(case, args.vectors, args.results, args.bug)
         ran += 1
-    name = "numpy-example" + ("-skip-self" if args.bug else "")
+    name = "numpy-example" + ("-" + args.bug if args.bug else "")
+    pipeline = json.loads(args.pipeline) if args.pipeline.startswith("{") else args.pipeline
     with open(os.path.join(args.results, "manifest.json"), "w") as f:
-        json.dump({"kvcheck_results": 1, "implementation": name, "version": "1.0", "precision": "f32",
+        json.dump({"kvcheck_results": 1, "implementation": name, "version": "1.0", "pipeline": pipeline,
                    "capabilities": CAPABILITIES}, f, indent=1)
         f.write("\n")
     print(f"{name}: ran {ran} cases, skipped {skipped}; results in {args.results}")

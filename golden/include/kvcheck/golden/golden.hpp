@@ -72,10 +72,14 @@ std::string regen_text(const std::string& name, const std::string& text, const O
 
 struct RegenResult {
     std::string file;
-    bool changed = false;
-    std::string error; // malformed: the file was left as it was
+    bool changed = false; // the fresh text differs from the file's
+    bool written = false; // and it replaced the file
+    std::string error;    // malformed, unreadable, or not replaceable (symlink, not a regular file, read-only)
 };
-// Rewrites every golden file in dir. Files that are malformed are reported and not touched.
+// Rewrites every golden file in dir as one set: all are computed and checked first, and when any has an error
+// nothing is written. Then all temporaries, fsync, all renames (files.hpp write_set): a kill midway leaves each file
+// old or new, never torn, and the next regen removes the temporaries. A failed write is an error of each
+// file that was to be rewritten.
 std::vector<RegenResult> regen_dir(const std::filesystem::path& dir, std::string& internal_error);
 
 // Human-readable verify report: one line per file, problems, and a total line:

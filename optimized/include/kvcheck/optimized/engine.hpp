@@ -21,6 +21,7 @@ struct EngineOptions {
     uint64_t max_blocks = 0;       // 0: limited by malloc only; otherwise appends beyond it are OUT_OF_MEMORY
     unsigned threads = 0;          // 0: every core; 1: the calling thread only
     bool simd = true;              // false: the portable kernels even where AVX2/F16C exist
+    bool group_heads = true;       // false: a decode walks one KV head per kernel call (same bits; benchmarks A/B)
 };
 
 class Engine {
@@ -48,12 +49,14 @@ public:
     // Append without attention (RoPE still applied to k): filling a cache for benchmarks and tests.
     kvc_status append(uint32_t seq, uint32_t layer, uint32_t n_new, const float* k, const float* v);
 
-    // Makes n free blocks available ahead of need, and (benchmarks) shuffles the free list so that later appends
-    // scatter their blocks over the pool.
+    // Makes n free blocks available ahead of need and keeps them (free slabs are not returned below what the pool
+    // holds after this call), and (benchmarks) shuffles the free list so that later appends scatter their blocks.
     kvc_status reserve_blocks(uint64_t n);
     void shuffle_free_blocks(uint64_t seed);
     // Threads later calls may use (EngineOptions::threads); results do not depend on it.
     void set_threads(unsigned threads);
+    // EngineOptions::group_heads for later calls; results do not depend on it.
+    void set_group_heads(bool on);
 
     // Where token pos of (seq, layer) lives: the first byte of its row for kv head `head` in plane KVC_PLANE_K or
     // KVC_PLANE_V; pos may reach past the length up to the end of the last block (to inspect poisoned slots).

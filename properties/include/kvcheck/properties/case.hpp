@@ -23,16 +23,22 @@ struct CaseConfig {
     uint32_t max_seqs = 4;
     uint32_t max_tokens = 256;
     float rope_theta = 10000.0f;
+    float softmax_scale = 0.0f; // the config's scale; 0 means 1/sqrt(head_dim)
 
-    float scale() const; // 1/sqrt(head_dim), rounded to float once, here
+    float scale() const; // softmax_scale, or 1/sqrt(head_dim) rounded to float once, here
     kvc_config to_abi() const;
     uint32_t group() const { return n_q_heads / n_kv_heads; }
 };
 
 // One sequence's share of an append: n_new tokens onto seq (in every layer).
+// `extreme` rows are a stale-slot trap (RELEASE): K and V of magnitude 2^14 with random signs (exact in f16 and
+// bf16), appended just before the sequence is released, so that a cache which later reads them as stale tail slots
+// changes its outputs by orders of magnitude. Their own outputs are not graded (the scores they produce are far
+// outside what a 16-bit pipeline is built for); their read-back is.
 struct SeqAppend {
     uint32_t seq = 0;
     uint32_t n_new = 0;
+    bool extreme = false;
 };
 
 enum class OpKind { Append, AppendBatch, Fork, Release };
@@ -53,7 +59,11 @@ struct Case {
 
 // Capabilities a case needs, as a kvc_caps with the needed bits and the largest sizes it uses.
 kvc_caps required_caps(const Case& c);
-// Names of what `needed` asks for and `have` lacks; empty when the case is supported.
+// The head_dim multiple `caps` demand for a case with or without RoPE (1: any head_dim).
+uint32_t head_dim_multiple(const kvc_caps& caps, bool rope);
+// Names of what `needed` asks for and `have` lacks; empty when the case is supported. Besides features and limits,
+// the head_dim granularity of ABI 1.1: `needed` carries the case's head_dim in max_head_dim and its RoPE variant in
+// rope_variants, and a head_dim outside have.head_dim_multiple(_rope) is missing ("head_dim 12 not a multiple of 8").
 std::vector<std::string> missing_caps(const kvc_caps& needed, const kvc_caps& have);
 
 // Lengths of every sequence after each op (index 0 = before any op): used for CHUNKED, limits and descriptions.

@@ -37,7 +37,7 @@ struct CaseResult {
 struct RunSettings {
     uint64_t seed = 20261129;
     int cases = 200;       // per property: sizes ramp over the indices as RapidCheck does
-    int max_shrink_runs = 300;
+    int max_shrink_runs = 300; // per failing case; 0: report failures as generated
 };
 
 std::string case_id(const std::string& property, int index);
@@ -53,10 +53,31 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c);
 // generate_case + evaluate_case, and on FAIL a greedy walk down RapidCheck's shrink tree to a smaller failing case.
 CaseResult run_case(const Target& t, const Property& p, const RunSettings& s, int index);
 
+// The shrinking half of run_case: `first` is evaluate_case of case `index` as generated (id and seed set). Returns
+// it unchanged unless it is a FAIL; at most s.max_shrink_runs candidates are evaluated.
+CaseResult shrink_case(const Target& t, const Property& p, const RunSettings& s, int index, CaseResult first);
+
+// JSON has no NaN or infinity, and a failing output is often exactly that. Every JSON kvcheck writes spells a
+// non-finite number as a string: "NaN", "Infinity" or "-Infinity" (the sign of a NaN is not kept); finite numbers
+// stay numbers. json_number writes that form; number_from_json reads it back (and plain numbers), and throws
+// std::invalid_argument for anything else.
+nlohmann::json json_number(double x);
+double number_from_json(const nlohmann::json& j);
+
+// Mismatch::describe with non-finite values spelled as in JSON (NaN, Infinity, -Infinity), for every text kvcheck
+// prints: stdout, the reports' "text" fields, JUnit.
+std::string mismatch_text(const Mismatch& m);
+
+// A mismatch: {what, op, seq, layer, pos, head, dim, expected, actual, text}, values in the form above.
+nlohmann::json to_json(const Mismatch& m);
+Mismatch mismatch_from_json(const nlohmann::json& j); // throws std::invalid_argument
+
+// Everything a CaseResult holds, numbers in the form above.
 nlohmann::json to_json(const CaseResult& r);
 CaseResult case_result_from_json(const nlohmann::json& j); // throws std::invalid_argument
 
-// Replay files: a case and the property it checks, readable by `kvcheck replay`.
+// Replay files: a case and the property it checks, readable by `kvcheck replay`, with the recorded mismatch (when
+// there was one) in the JSON form of to_json.
 nlohmann::json replay_document(const CaseResult& r);
 
 } // namespace kvc::prop

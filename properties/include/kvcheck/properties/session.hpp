@@ -45,7 +45,7 @@ struct Checks {
     bool others_unchanged = false; // rows of sequences an op did not append to are unchanged (FORK, RELEASE)
     bool fork_shares = false;      // a forked child reads back exactly its parent's rows
     bool memory = false;           // reported live bytes equal the formula; capacity within whole blocks
-    bool heap = false;             // allocator growth is explained by reported capacity + pool (NO-Q)
+    bool heap = false;             // allocator growth is explained by reported K/V and workspace (NO-Q)
     bool diagnose_heads = false;   // on an equiv failure, test the "tile" head mapping
     bool diagnose_layers = false;  // on an equiv failure, test the other layers' histories
 };
@@ -64,7 +64,9 @@ struct RunResult {
     OutputLog outputs;
     double headroom = 0;          // worst error / allowed over every graded output
     bool fails_f32_class = false; // passed its declared 16-bit class, would fail f32
-    int64_t hidden_heap_bytes = 0; // worst allocator growth not explained by reported capacity + pool
+    int64_t hidden_heap_bytes = 0; // largest rise of allocator growth not explained by reported growth since create
+    int64_t create_unreported_bytes = 0; // what create() allocated beyond capacity + pool + workspace
+    uint64_t workspace_bytes = 0;        // reported after create
 };
 
 // One cache instance driven op by op, with the harness's model beside it. The constructor creates the cache;
@@ -93,7 +95,15 @@ RunResult run_script(const Target& target, const Case& c, const Checks& checks, 
 float input_value(uint64_t seed, uint32_t op, uint32_t seq, uint32_t layer, uint32_t tok, uint32_t which,
                   uint32_t idx, uint32_t qstream = 0);
 
-// Slack for bookkeeping the allocator may show beyond reported K/V storage (block tables, handles).
+// Slack for bookkeeping the allocator may show beyond reported storage (handles, small tables), after create.
 constexpr int64_t kHeapSlackBytes = 32 * 1024;
+// The most a cache may hold besides K/V storage, constant from create on: kvc_memory.workspace_bytes plus what an
+// ABI 1.0 plugin allocates in create() without reporting it.
+constexpr uint64_t kMaxWorkspaceBytes = 256ull << 20;
+// The value of every K and V element of an extreme (stale-slot trap) row, with a drawn sign.
+constexpr float kExtremeValue = 16384.0f;
+// A call whose oracle cost n_new * T * n_q_heads * head_dim exceeds this is graded on a sample of rows.
+constexpr uint64_t kFullGradeCost = 1ull << 23;
+constexpr uint32_t kSampledRows = 8; // rows drawn from the seed besides the fixed ones
 
 } // namespace kvc::prop

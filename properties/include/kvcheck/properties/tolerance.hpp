@@ -1,23 +1,52 @@
 // The tolerance policy, in one place (docs/tolerance.md says it in words).
 //
-// Every output row (token i, query head h) is compared with the long double oracle. Errors are measured relative to
-// the largest |v| that row can see (an attention output is a convex combination of those v), so one policy serves
-// every scale. A row passes when
-//     error <= allowed = max(2 * error of a naive computation in the declared precision class, floor(class, dtype))
-// NaN anywhere fails. headroom = error / allowed. Cache contents are not graded here: they compare bitwise.
+// An implementation declares its rounding pipeline (kvc_pipeline, ABI 1.1; or a 1.0 precision class, which names a
+// preset pipeline). Every output element is compared with the long double oracle, and the allowed error is derived
+// from the pipeline and the data, never from one particular summation order:
+//     allowed = max(model bound of the declared pipeline on these inputs, floor of the pipeline) ,
+// where the model bound adds, stage by stage, how far any correct computation that rounds where the pipeline says
+// can move the output (first-order perturbation of the scores, probability and output rounding; a probabilistic
+// bound for every partial sum of the V accumulator and the softmax denominator, valid for any order, rescaling or
+// split). Errors are reported relative to the largest |v| the row sees. NaN or infinity anywhere fails.
 #pragma once
 
+#include "kvcheck/abi.h"
 #include "kvcheck/properties/oracle.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <string>
+#include <vector>
 
 namespace kvc::prop {
 
-// Per-class floors on the relative error (docs/tolerance.md): f32 arithmetic 1e-5; 16-bit accumulation 1e-3 (f16),
-// 8e-3 (bf16).
-double tolerance_floor(uint32_t precision, uint32_t dtype);
+// A declared rounding pipeline (kvc_pipeline), one kvc_round per stage.
+struct Pipeline {
+    uint32_t q = KVC_ROUND_F32, rope = KVC_ROUND_F32, scores = KVC_ROUND_F32, probs = KVC_ROUND_F32,
+             accum = KVC_ROUND_F32, output = KVC_ROUND_F32;
+    bool new_rows_unrounded = false; // KVC_PIPELINE_NEW_ROWS_UNROUNDED
+    bool operator==(const Pipeline& o) const;
+};
 
-// Where the worst row is, in logical coordinates.
+// The 1.0 precision classes as named presets: KVC_PRECISION_F32 (f32 everywhere) and
+// KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE (q and accumulator rounded to the cache dtype).
+Pipeline pipeline_preset(uint32_t precision);
+// What an implementation declares: caps.pipeline when KVC_PIPELINE_DECLARED is set, else the preset of precision.
+Pipeline declared_pipeline(const kvc_caps& caps);
+kvc_pipeline to_abi(const Pipeline& p); // flags include KVC_PIPELINE_DECLARED
+// "f32" for the all-f32 pipeline, the preset's name, or "q=f16 rope=f16 scores=f32 probs=f32 accum=f32 out=f16".
+std::string pipeline_name(const Pipeline& p);
+// True when no stage rounds below f32 for this cache dtype.
+bool pipeline_is_f32(const Pipeline& p, uint32_t cache_dtype);
+nlohmann::json to_json(const Pipeline& p); // {"q": "f16", ..., "new_rows_unrounded": false}
+Pipeline pipeline_from_json(const nlohmann::json& j); // also accepts a preset name string; throws invalid_argument
+const char* round_name(uint32_t r);                    // "f32", "f16", "bf16", "cache"
+
+// The floor on the relative error: 1e-5 for an all-f32 pipeline, else the unit roundoff of the narrowest stage
+// (f16 2^-11, bf16 2^-8): below it no 16-bit pipeline is told apart from another.
+double tolerance_floor(const Pipeline& p, uint32_t cache_dtype);
+
+// Where the worst element is, in logical coordinates.
 struct Worst {
     uint32_t token = 0; // index within the call's new tokens
     uint32_t head = 0;  // query head
@@ -27,15 +56,25 @@ struct Worst {
 
 struct Grade {
     bool pass = true;
-    double error = 0;    // worst relative error over the rows
-    double allowed = 0;  // the bound at that row
-    double headroom = 0; // max over rows of error / allowed (<= 1 passes)
-    bool nan = false;
-    bool fails_f32_class = false; // passes its declared 16-bit class but would fail the f32 one
+    double error = 0;    // relative error of the worst element (relative to max |v| of its row)
+    double allowed = 0;  // the relative bound at that element
+    double headroom = 0; // max over elements of error / allowed (<= 1 passes)
+    bool nan = false;    // a NaN or an infinity in the output
+    bool fails_f32_class = false; // passes its declared narrower pipeline but would fail the f32 one
     Worst worst;
     std::string message; // why it failed, in words; empty on pass
 };
 
-Grade grade_outputs(const CaseConfig& cfg, uint32_t declared_precision, const float* actual, const Expected& e);
+// Grades one call's outputs against its expectation under the declared pipeline. `unrounded_new_rows`, when given,
+// is the expectation with the call's new rows attended before rounding (only for the diagnosis of a failure).
+Grade grade_outputs(const CaseConfig& cfg, const Pipeline& declared, const float* actual, const Expected& e,
+                    const Expected* unrounded_new_rows = nullptr);
+
+// The allowed relative error (relative to max |v| of the row) of every output element under pipeline p:
+// [n_new][Hq*d], the floor included.
+std::vector<double> allowed_errors(const CaseConfig& cfg, const Pipeline& p, const Expected& e);
+
+// Headroom (worst error / allowed) of `actual` under pipeline p; infinity when a NaN is present.
+double headroom_under(const CaseConfig& cfg, const Pipeline& p, const float* actual, const Expected& e);
 
 } // namespace kvc::prop

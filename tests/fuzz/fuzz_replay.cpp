@@ -1,0 +1,37 @@
+// Fuzz target: a replay document (`kvcheck replay FILE`): its "case" through prop::case_from_json and its
+// "expected_mismatch" through prop::mismatch_from_json. Contract: bad input throws std::invalid_argument, nothing
+// else escapes, and a case that is accepted describes and serializes back to a case that is accepted again.
+#include "kvcheck/properties/case.hpp"
+#include "kvcheck/properties/runner.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    using nlohmann::json;
+    json doc;
+    try {
+        doc = json::parse(data, data + size);
+    } catch (const json::exception&) { // parse_error, and out_of_range for numbers like 1e400: the JSON layer's
+        return 0;                      // own errors (the readers must catch both: docs/bad-input.md)
+    }
+    const json* c = doc.is_object() && doc.contains("case") ? &doc["case"] : &doc;
+    try {
+        const kvc::prop::Case parsed = kvc::prop::case_from_json(*c);
+        (void)kvc::prop::describe(parsed);
+        const kvc::prop::Case again = kvc::prop::case_from_json(kvc::prop::to_json(parsed));
+        if (kvc::prop::to_json(again) != kvc::prop::to_json(parsed)) std::abort(); // not a fixed point
+    } catch (const std::invalid_argument&) {
+    }
+    if (doc.is_object() && doc.contains("expected_mismatch")) {
+        try {
+            (void)kvc::prop::mismatch_from_json(doc["expected_mismatch"]);
+        } catch (const std::invalid_argument&) {
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,130 @@
+#include "vectors_caps.hpp"
+
+#include "kvcheck/abi.hpp"
+
+#include <stdexcept>
+
+namespace kvc::vec {
+
+namespace {
+
+using nlohmann::json;
+
+struct CapWord {
+    const char* word;
+    uint32_t kvc_caps::*field;
+    uint32_t bits;
+};
+
+const CapWord kWords[] = {
+    {"dtype f32", &kvc_caps::dtypes, 1u << KVC_DTYPE_F32},
+    {"dtype f16", &kvc_caps::dtypes, 1u << KVC_DTYPE_F16},
+    {"dtype bf16", &kvc_caps::dtypes, 1u << KVC_DTYPE_BF16},
+    {"rope neox", &kvc_caps::rope_variants, 1u << KVC_ROPE_NEOX},
+    {"rope gptj", &kvc_caps::rope_variants, 1u << KVC_ROPE_GPTJ},
+    {"gqa", &kvc_caps::features, KVC_FEATURE_GQA},
+    {"paged", &kvc_caps::features, KVC_FEATURE_PAGED},
+    {"fork", &kvc_caps::features, KVC_FEATURE_FORK},
+    {"release", &kvc_caps::features, KVC_FEATURE_RELEASE},
+    {"batch", &kvc_caps::features, KVC_FEATURE_BATCH},
+    {"chunked", &kvc_caps::features, KVC_FEATURE_CHUNKED},
+};
+
+struct Limit {
+    const char* key;
+    uint32_t kvc_caps::*field;
+};
+
+const Limit kLimits[] = {
+    {"max_layers", &kvc_caps::max_layers},     {"max_q_heads", &kvc_caps::max_q_heads},
+    {"max_kv_heads", &kvc_caps::max_kv_heads}, {"max_head_dim", &kvc_caps::max_head_dim},
+    {"max_seqs", &kvc_caps::max_seqs},         {"max_tokens", &kvc_caps::max_tokens},
+    {"head_dim_multiple", &kvc_caps::head_dim_multiple},
+    {"head_dim_multiple_rope", &kvc_caps::head_dim_multiple_rope},
+};
+
+} // namespace
+
+Declared declared_from_json(const json& j, bool need_pipeline) {
+    if (!j.is_object()) throw std::invalid_argument("not a JSON object");
+    Declared d;
+    d.caps.struct_size = sizeof d.caps;
+    if (!j.contains("capabilities")) throw std::invalid_argument("missing field \"capabilities\"");
+    const json& words = j["capabilities"];
+    if (!words.is_array()) throw std::invalid_argument("field \"capabilities\" is not an array of words");
+    for (const json& w : words) {
+        bool known = false;
+        for (const CapWord& cw : kWords)
+            if (w.is_string() && w.get<std::string>() == cw.word) {
+                d.caps.*cw.field |= cw.bits;
+                known = true;
+            }
+        if (!known) {
+            std::string list;
+            for (const CapWord& cw : kWords) list += std::string(list.empty() ? "" : ", ") + cw.word;
+            throw std::invalid_argument("\"capabilities\": unknown word " + w.dump() + " (known: " + list + ")");
+        }
+    }
+    if (j.contains("limits")) {
+        const json& l = j["limits"];
+        if (!l.is_object()) throw std::invalid_argument("field \"limits\" is not an object");
+        for (auto it = l.begin(); it != l.end(); ++it) {
+            const Limit* found = nullptr;
+            for (const Limit& x : kLimits)
+                if (it.key() == x.key) found = &x;
+            if (!found) throw std::invalid_argument("\"limits\": unknown limit \"" + it.key() + "\"");
+            if (it->is_null()) continue;
+            if (!it->is_number_unsigned() || it->get<uint64_t>() > 0xffffffffu)
+                throw std::invalid_argument("\"limits\": \"" + it.key() + "\" must be a non-negative integer or null");
+            d.caps.*(found->field) = it->get<uint32_t>();
+        }
+    }
+    const bool has_p = j.contains("pipeline"), has_prec = j.contains("precision");
+    if (has_p && has_prec)
+        throw std::invalid_argument("give the pipeline once: \"pipeline\" or the older \"precision\", not both");
+    if (has_p) {
+        d.pipeline = prop::pipeline_from_json(j["pipeline"]); // throws invalid_argument with the problem
+        d.has_pipeline = true;
+    } else if (has_prec) {
+        const json& w = j["precision"];
+        const std::string s = w.is_string() ? w.get<std::string>() : "";
+        if (s == "f32") d.pipeline = prop::pipeline_preset(KVC_PRECISION_F32);
+        else if (s == "q-and-v-accum-in-cache-dtype" || s == "q_and_v_accum_in_cache_dtype")
+            d.pipeline = prop::pipeline_preset(KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE);
+        else
+            throw std::invalid_argument("\"precision\" must be \"f32\" or \"q-and-v-accum-in-cache-dtype\", not " +
+                                        w.dump());
+        d.has_pipeline = true;
+    } else if (need_pipeline) {
+        throw std::invalid_argument("missing field \"pipeline\" (or the older \"precision\")");
+    }
+    d.pipeline_text = prop::pipeline_name(d.pipeline);
+    return d;
+}
+
+std::vector<std::string> capability_words(const kvc_caps& caps) {
+    std::vector<std::string> w;
+    for (const CapWord& cw : kWords)
+        if (caps.*cw.field & cw.bits) w.emplace_back(cw.word);
+    return w;
+}
+
+json declared_to_json(const Declared& d) {
+    json limits = json::object();
+    for (const Limit& x : kLimits) limits[x.key] = d.caps.*x.field ? json(d.caps.*x.field) : json(nullptr);
+    json j = {{"capabilities", capability_words(d.caps)}, {"limits", limits}};
+    if (d.has_pipeline) j["pipeline"] = prop::to_json(d.pipeline);
+    return j;
+}
+
+std::vector<std::string> unsupported(const prop::Case& c, const kvc_caps& caps) {
+    std::vector<std::string> why = prop::missing_caps(prop::required_caps(c), caps);
+    const bool rope = c.cfg.rope != KVC_ROPE_NONE;
+    const uint32_t mult = rope && caps.head_dim_multiple_rope > 0 ? caps.head_dim_multiple_rope : caps.head_dim_multiple;
+    if (mult > 1 && c.cfg.head_dim % mult != 0)
+        why.push_back("head_dim " + std::to_string(c.cfg.head_dim) + " not a multiple of " + std::to_string(mult) +
+                      (rope ? " (rope)" : ""));
+    return why;
+}
+
+} // namespace kvc::vec

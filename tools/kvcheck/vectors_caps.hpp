@@ -1,0 +1,41 @@
+// What a vectors user declares once: the capabilities of the implementation (dtypes, RoPE variants, features, size
+// limits, head_dim granularity) and its rounding pipeline. `kvcheck export --caps FILE` exports only the cases
+// inside them; `kvcheck grade` reads the same declaration from the results manifest. docs/vectors.md gives the
+// format.
+#pragma once
+
+#include "kvcheck/abi.h"
+#include "kvcheck/properties/case.hpp"
+#include "kvcheck/properties/tolerance.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace kvc::vec {
+
+struct Declared {
+    kvc_caps caps{};            // dtypes, rope_variants, features, limits, head_dim multiples (pipeline unused)
+    prop::Pipeline pipeline;    // the declared rounding pipeline
+    bool has_pipeline = false;  // "pipeline" or "precision" was given
+    std::string pipeline_text;  // as reports name it ("f32", a preset, or the stages)
+};
+
+// Reads a declaration: "capabilities" (words: "dtype f32|f16|bf16", "rope neox|gptj", "gqa", "chunked", "fork",
+// "release", "batch", "paged"), optional "limits" ({"max_layers", "max_q_heads", "max_kv_heads", "max_head_dim",
+// "max_seqs", "max_tokens", "head_dim_multiple", "head_dim_multiple_rope"}: non-negative integers or null; 0 or
+// null = no limit), and the pipeline: "pipeline" (a preset name or an object of stages, prop::pipeline_from_json) or
+// the 1.0 word "precision". Other fields are ignored. Throws std::invalid_argument naming the field and the problem.
+Declared declared_from_json(const nlohmann::json& j, bool need_pipeline);
+// The declaration as the vectors manifest echoes it.
+nlohmann::json declared_to_json(const Declared& d);
+
+// Why case c lies outside caps, in words ("dtype bf16", "fork", "head_dim 72 not a multiple of 16 (rope)",
+// "layers 3 > 2"); empty when the case is inside.
+std::vector<std::string> unsupported(const prop::Case& c, const kvc_caps& caps);
+
+// The capability words caps declares, in the vocabulary of declared_from_json.
+std::vector<std::string> capability_words(const kvc_caps& caps);
+
+} // namespace kvc::vec
