@@ -14,18 +14,20 @@ bool has(uint32_t mask, uint32_t bit) { return (mask & bit) != 0; }
 // runs before create), so besides the hint the common sizes real caches pick for themselves are drawn: a cache
 // that ignores the hint still meets lengths at its own boundaries.
 rc::Gen<uint32_t> boundary_block(uint32_t hint) {
-    if (hint) return rc::gen::weightedElement<uint32_t>({{5, hint}, {1, 16}, {1, 32}, {1, 64}, {1, 128}, {1, 256}});
-    return rc::gen::weightedElement<uint32_t>({{4, 16}, {1, 32}, {1, 64}, {1, 128}, {1, 256}});
+    if (hint) return rc::gen::weightedElement<uint32_t>({{20, hint}, {1, 16}, {1, 32}, {1, 64}, {1, 128}, {1, 256}});
+    return rc::gen::weightedElement<uint32_t>({{20, 16}, {1, 32}, {1, 64}, {1, 128}, {1, 256}});
 }
 
-// A length near a multiple of a block size, or small, or one.
+// A length near a multiple of a block size, or small, or one. Around big blocks (128, 256) only the first
+// boundaries and no uniform range up to 3 blocks: attention costs grow with the square of the length.
 rc::Gen<uint32_t> length_near_blocks(uint32_t hint, uint32_t cap) {
     return rc::gen::mapcat(boundary_block(hint), [cap](uint32_t b) {
+        const uint32_t kmax = b >= 128 ? 2u : 4u;
         return rc::gen::map(
-            rc::gen::oneOf(rc::gen::just<uint32_t>(1u), rc::gen::inRange<uint32_t>(1u, 3u * b + 3u),
-                           rc::gen::map(rc::gen::inRange<uint32_t>(1u, 4u), [b](uint32_t k) { return k * b; }),
-                           rc::gen::map(rc::gen::inRange<uint32_t>(1u, 4u), [b](uint32_t k) { return k * b + 1; }),
-                           rc::gen::map(rc::gen::inRange<uint32_t>(1u, 4u),
+            rc::gen::oneOf(rc::gen::just<uint32_t>(1u), rc::gen::inRange<uint32_t>(1u, std::min(3u * b, 195u) + 3u),
+                           rc::gen::map(rc::gen::inRange<uint32_t>(1u, kmax), [b](uint32_t k) { return k * b; }),
+                           rc::gen::map(rc::gen::inRange<uint32_t>(1u, kmax), [b](uint32_t k) { return k * b + 1; }),
+                           rc::gen::map(rc::gen::inRange<uint32_t>(1u, kmax),
                                         [b](uint32_t k) { return std::max(k * b, 2u) - 1; })),
             [cap](uint32_t n) { return std::min(n, cap); });
     });
@@ -114,7 +116,21 @@ rc::Gen<CaseConfig> config(const ConfigSpace& space) {
                c.max_seqs = cap(*rc::gen::weightedElement<uint32_t>({{6, 6}, {1, 8}, {1, 16}, {1, 64}, {1, 257}})
                                      .as("max_seqs"),
                                 space.allow.max_seqs);
-               c.max_tokens = cap(space.long_cases ? 8200u : space.max_tokens, space.allow.max_tokens);
+               // attention costs T^2 * n_q_heads * head_dim * n_layers: wide configs get shorter sequences (and
+               // head_dim >= 128 the fewest layers), so that the rare big head stays as cheap as a common case
+               if (c.head_dim >= 128) c.n_layers = std::min(c.n_layers, std::max(space.min_layers, 1u));
+               const uint32_t work = c.n_q_heads * c.head_dim * c.n_layers;
+               const uint32_t tokens = space.long_cases ? 8200u
+                                       : work > 1536     ? std::min(space.max_tokens, 100u)
+                                       : work > 512      ? std::min(space.max_tokens, 200u)
+                                                         : space.max_tokens;
+               c.max_tokens = cap(tokens, space.allow.max_tokens);
+               // a cache may allocate max_seqs x max_tokens up front (the example plugin does): sequence counts
+               // beyond 6 only while that stays within 16 MiB of f32 K/V, so a case stays cheap for every cache
+               const uint64_t per_seq = 8ull * c.n_layers * c.max_tokens * c.n_kv_heads * c.head_dim;
+               if (c.max_seqs > 6 && per_seq * c.max_seqs > (16ull << 20))
+                   c.max_seqs = std::max<uint32_t>(cap(6, space.allow.max_seqs),
+                                                   static_cast<uint32_t>((16ull << 20) / per_seq));
                // 1/sqrt(d) (0 here), 1/d, 1 and values in [0.01, 2]: a kernel that hard-codes its scale fails
                const uint32_t scale_kind =
                    *rc::gen::weightedElement<uint32_t>({{4, 0}, {1, 1}, {1, 2}, {2, 3}}).as("softmax scale kind");

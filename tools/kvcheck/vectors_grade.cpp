@@ -294,7 +294,7 @@ private:
         for (uint32_t i = 0; i < sl.n_new; ++i)
             prop::expected_rotated_key(cfg_, k + i * row_, sl.pos_begin + i, ku.data() + first + i * row_);
         std::copy(v, v + static_cast<size_t>(sl.n_new) * row_, vu.begin() + static_cast<std::ptrdiff_t>(first));
-        return prop::expect_outputs(cfg_, q, sl.n_new, ku, vu, strm.len);
+        return prop::expect_outputs(cfg_, q, sl.n_new, ku, vu, strm.len, prop::HeadMap::Repeat, sl.n_new);
     }
 
     [[noreturn]] void error(int step, const std::string& reason) { throw CaseError{reason, step}; }

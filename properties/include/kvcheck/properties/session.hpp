@@ -103,7 +103,7 @@ constexpr uint64_t kMaxWorkspaceBytes = 256ull << 20;
 // The value of every K and V element of an extreme (stale-slot trap) row, with a drawn sign.
 constexpr float kExtremeValue = 16384.0f;
 // A call whose oracle cost n_new * T * n_q_heads * head_dim exceeds this is graded on a sample of rows.
-constexpr uint64_t kFullGradeCost = 1ull << 23;
+constexpr uint64_t kFullGradeCost = 1ull << 21;
 constexpr uint32_t kSampledRows = 8; // rows drawn from the seed besides the fixed ones
 
 } // namespace kvc::prop
