@@ -178,7 +178,7 @@ TEST(Pipelines, ArithmeticNarrowerThanDeclaredOrWrongFails) {
     const Pipeline f32 = pipeline_preset(KVC_PRECISION_F32);
     const Pipeline qacc = pipeline_preset(KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE);
     const std::vector<Defect> defects = {
-        // measured at 2,000 rows each (seed 20261130): 93%, 98%, 90%, 92%, 99%, 98%, 89%, 100%, 67%
+        // measured at 2,000 rows each (seed 20261130, factor 2.2): 90%, 98%, 88%, 91%, 98%, 98%, 91%, 100%, 65%
         {"q and accumulator in f16, declared f32", {C, 0, 0, 0, C, 0}, f32, 0, KVC_DTYPE_F16, 0.85},
         {"q and accumulator in bf16, declared f32", {C, 0, 0, 0, C, 0}, f32, 0, KVC_DTYPE_BF16, 0.9},
         {"q rounded to bf16, declared f32", {C, 0, 0, 0, 0, 0}, f32, 0, KVC_DTYPE_BF16, 0.8},
