@@ -3,8 +3,8 @@
 #   bash tools/fuzz.sh TARGET SECONDS     TARGET: replay result golden safetensors vectors_manifest
 #                                         results_manifest, or all (each for SECONDS)
 # Builds build-fuzz/ with clang, libFuzzer, ASan and UBSan (Debian's clang and libclang-rt-*-dev; tools/setup-deps.sh
-# installs them), fuzzes a scratch copy of tests/fuzz/corpus/TARGET (new inputs stay in build-fuzz/work/), and
-# exits 1 when it found a crash: the input is in build-fuzz/work/TARGET/crashes/. Copy it into the corpus as a
+# installs them), fuzzes a scratch copy of tests/fuzz/corpus/TARGET (new inputs stay in build-fuzz/runs/), and
+# exits 1 when it found a crash: the input is in build-fuzz/runs/TARGET/crashes/. Copy it into the corpus as a
 # regression input (ctest replays the corpus in every build) and fix the parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +34,7 @@ export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 found=0
 for t in "${targets[@]}"; do
-  work=$dir/work/$t
+  work=$dir/runs/$t
   mkdir -p "$work/corpus" "$work/crashes"
   cp -n tests/fuzz/corpus/"$t"/* "$work/corpus/"
   echo "[fuzz] $t for $seconds s (corpus: $work/corpus)"
