@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
-# Fuzzes one parser of outside input (or all) with libFuzzer for a given time:
-#   bash tools/fuzz.sh TARGET SECONDS     TARGET: replay result golden safetensors vectors_manifest
-#                                         results_manifest, or all (each for SECONDS)
-# Builds build-fuzz/ with clang, libFuzzer, ASan and UBSan (Debian's clang and libclang-rt-*-dev; tools/setup-deps.sh
-# installs them), fuzzes a scratch copy of tests/fuzz/corpus/TARGET (new inputs stay in build-fuzz/runs/), and
-# exits 1 when it found a crash: the input is in build-fuzz/runs/TARGET/crashes/. Copy it into the corpus as a
-# regression input (ctest replays the corpus in every build) and fix the parser.
+# Fuzzes the parsers of outside input with libFuzzer:
+#   bash tools/fuzz.sh TARGET SECONDS     fuzz TARGET (replay result golden safetensors vectors_manifest
+#                                         results_manifest, or all: each in turn) for SECONDS
+#   bash tools/fuzz.sh ctest              the fuzzing stage of tools/test.sh: build every target and run ctest's
+#                                         fuzz.* tests there (corpus replay, and a short run of each target with a
+#                                         fixed seed and a fixed number of inputs: tests/fuzz/short_run.sh)
+# Builds build-fuzz/ with clang, libFuzzer, ASan and UBSan (Debian's clang and libclang-rt-14-dev; tools/setup-deps.sh
+# installs them). TARGET SECONDS fuzzes a scratch copy of tests/fuzz/corpus/TARGET (new inputs stay in
+# build-fuzz/runs/) and exits 1 when it found a crash: the input is in build-fuzz/runs/TARGET/crashes/. Copy it into
+# the corpus as a regression input (ctest replays the corpus in every build) and fix the parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(replay result golden safetensors vectors_manifest results_manifest)
-if [ $# -ne 2 ] || ! [[ $2 =~ ^[1-9][0-9]*$ ]]; then
-  echo "usage: bash tools/fuzz.sh TARGET|all SECONDS   (targets: ${targets[*]})" >&2
+usage="usage: bash tools/fuzz.sh TARGET|all SECONDS | bash tools/fuzz.sh ctest   (targets: ${targets[*]})"
+if [ "${1:-}" = ctest ] && [ $# -eq 1 ]; then
+  want=ctest
+elif [ $# -ne 2 ] || ! [[ $2 =~ ^[1-9][0-9]*$ ]]; then
+  echo "$usage" >&2
   exit 2
+else
+  want=$1 seconds=$2
 fi
-want=$1 seconds=$2
-if [ "$want" != all ]; then
+if [ "$want" != all ] && [ "$want" != ctest ]; then
   case " ${targets[*]} " in *" $want "*) targets=("$want") ;; *)
     echo "fuzz.sh: unknown target \"$want\" (targets: ${targets[*]})" >&2; exit 2 ;; esac
 fi
-KVCHECK_WITH_FUZZ=1 bash tools/setup-deps.sh
+bash tools/setup-deps.sh
 dir=build-fuzz
 mkdir -p "$dir"
 log=$dir/fuzz-build.log
@@ -32,6 +39,13 @@ cmake --build "$dir" -j "$jobs" --target "${targets[@]/#/fuzz_}" >> "$log" 2>&1 
 
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+if [ "$want" = ctest ]; then
+  start=$(date +%s)
+  echo "[fuzz] ctest --test-dir $dir -R '^fuzz\.' (KVCHECK_FUZZ_RUNS=${KVCHECK_FUZZ_RUNS:-default})"
+  ctest --test-dir "$dir" -R '^fuzz\.' -j "$jobs" --output-on-failure --output-junit fuzz-junit.xml
+  echo "[fuzz] clean, $(( $(date +%s) - start )) s"
+  exit 0
+fi
 found=0
 for t in "${targets[@]}"; do
   work=$dir/runs/$t

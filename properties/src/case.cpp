@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -110,9 +111,20 @@ const char* op_name(OpKind k) {
 template <typename T>
 T need(const nlohmann::json& j, const char* key) {
     if (!j.is_object() || !j.contains(key)) throw std::invalid_argument(std::string("case: missing field \"") + key + "\"");
-    if constexpr (std::is_integral_v<T>) // no silent wrap of -1, no truncation of 16.7
+    if constexpr (std::is_integral_v<T>) { // no silent wrap of -1, no truncation of 16.7, no 2^32+1 -> 1
         if (!j.at(key).is_number_unsigned())
             throw std::invalid_argument(std::string("case: field \"") + key + "\" must be a non-negative integer");
+        if (j.at(key).get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+            throw std::invalid_argument(std::string("case: field \"") + key + "\" is " + j.at(key).dump() +
+                                        ", more than " + std::to_string(std::numeric_limits<T>::max()));
+    }
+    if constexpr (std::is_floating_point_v<T>) // 1e300 would become inf as a float32 (and the plugin be blamed)
+        if (j.at(key).is_number()) {
+            const double x = j.at(key).get<double>();
+            if (!std::isfinite(x) || std::fabs(x) > static_cast<double>(std::numeric_limits<T>::max()))
+                throw std::invalid_argument(std::string("case: field \"") + key + "\" is " + j.at(key).dump() +
+                                            ", out of the range of a float32");
+        }
     try {
         return j.at(key).get<T>();
     } catch (const nlohmann::json::exception&) {
@@ -211,7 +223,12 @@ Case case_from_json(const nlohmann::json& j) {
                 }
                 op.appends.push_back({check_seq(need<uint32_t>(a, "seq")), n_new, extreme});
             }
-            if (o.contains("layer_order")) op.layer_order = need<std::vector<uint32_t>>(o, "layer_order");
+            if (o.contains("layer_order")) {
+                for (const auto& l : need<nlohmann::json>(o, "layer_order"))
+                    if (!l.is_number_unsigned() || l.get<uint64_t>() >= c.cfg.n_layers)
+                        throw std::invalid_argument("case: layer_order must be a permutation of the layers");
+                op.layer_order = need<std::vector<uint32_t>>(o, "layer_order");
+            }
             std::vector<uint32_t> sorted = op.layer_order;
             std::sort(sorted.begin(), sorted.end());
             for (size_t i = 0; i < sorted.size(); ++i)

@@ -86,6 +86,11 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
         const Outcome o = p.check(t, c);
         r.headroom = o.headroom;
         r.notes = o.notes;
+        if (!o.not_run.empty()) { // a part of the property could not run (properties.hpp): never a PASS
+            r.verdict = Verdict::NotSupported;
+            r.reason = o.not_run;
+            return r;
+        }
         if (o.fails_f32_class)
             r.notes.push_back("passes its declared precision pipeline but would fail the f32 class");
         if (declared_pipeline(t.caps).new_rows_unrounded && c.cfg.dtype != KVC_DTYPE_F32)
@@ -175,6 +180,25 @@ double number_or(const nlohmann::json& object, const char* key, double fallback)
     }
 }
 
+// An integer field of at most `hi` (a coordinate: -1 = does not apply): checked before it is narrowed, so a huge
+// number, a fraction or a float such as 2.2e57 is an error naming the field, never a wrapped value or undefined
+// behaviour (a double -> int conversion out of range is UB; fuzzing found it: tests/fuzz/corpus/replay/).
+int64_t integer_or(const nlohmann::json& object, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
+    if (!object.contains(key)) return fallback;
+    const nlohmann::json& v = object[key];
+    const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                          : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi
+                                                  : false;
+    if (!in_range)
+        throw std::invalid_argument(std::string("\"") + key + "\": expected an integer from " + std::to_string(lo) +
+                                    " to " + std::to_string(hi) + ", not " + v.dump());
+    return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
+}
+
+int coordinate_or(const nlohmann::json& object, const char* key) {
+    return static_cast<int>(integer_or(object, key, -1, -1, std::numeric_limits<int>::max()));
+}
+
 } // namespace
 
 std::string mismatch_text(const Mismatch& m) {
@@ -204,12 +228,13 @@ Mismatch mismatch_from_json(const nlohmann::json& m) {
     try {
         Mismatch mm;
         mm.what = m.value("what", "");
-        mm.op = m.value("op", -1);
-        mm.seq = m.value("seq", -1);
-        mm.layer = m.value("layer", -1);
-        mm.pos = m.value("pos", -1);
-        mm.head = m.value("head", -1);
-        mm.dim = m.value("dim", -1);
+        if (!m.is_object()) throw std::invalid_argument("not an object");
+        mm.op = coordinate_or(m, "op");
+        mm.seq = coordinate_or(m, "seq");
+        mm.layer = coordinate_or(m, "layer");
+        mm.pos = coordinate_or(m, "pos");
+        mm.head = coordinate_or(m, "head");
+        mm.dim = coordinate_or(m, "dim");
         mm.expected = number_or(m, "expected", 0.0);
         mm.actual = number_or(m, "actual", 0.0);
         return mm;
@@ -248,8 +273,10 @@ CaseResult case_result_from_json(const nlohmann::json& j) {
         r.verdict = *v;
         r.reason = j.value("reason", "");
         r.headroom = number_or(j, "headroom", 0.0);
+        if (j.contains("seed") && !j["seed"].is_number_unsigned())
+            throw std::invalid_argument("\"seed\": expected an integer from 0 to 2^64-1, not " + j["seed"].dump());
         r.seed = j.value("seed", uint64_t{0});
-        r.shrink_steps = j.value("shrink_steps", 0);
+        r.shrink_steps = static_cast<int>(integer_or(j, "shrink_steps", 0, 0, std::numeric_limits<int>::max()));
         r.notes = j.value("notes", std::vector<std::string>{});
         r.failed_property = j.value("failed_property", "");
         if (j.contains("mismatch")) r.mismatch = mismatch_from_json(j["mismatch"]);

@@ -1,10 +1,12 @@
 #include "kvcheck/properties/session.hpp"
 
 #include "kvcheck/abi.hpp"
+#include "kvcheck/properties/device_watch.hpp"
 #include "kvcheck/properties/heap.hpp"
 #include "kvcheck/properties/oracle.hpp"
 #include "kvcheck/properties/tolerance.hpp"
 #include "kvcheck/reference/dtype.hpp"
+#include "lent.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -68,13 +70,26 @@ public:
     Impl(const Target& t, const CaseConfig& cfg, uint64_t data_seed, const Checks& ch, QueryVariant qv)
         : t_(t), seed_(data_seed), ch_(ch), qv_(qv), cfg_(cfg), d_(cfg_.head_dim),
           row_(static_cast<size_t>(cfg_.n_kv_heads) * cfg_.head_dim), es_(dtype_size(cfg_.dtype)),
-          streams_(cfg_.max_seqs, std::vector<Stream>(cfg_.n_layers)) {
-        if (ch_.heap && !heap_accounting_exact())
-            throw std::runtime_error(std::string("the allocator watch needs glibc's per-thread cache off: run with "
-                                                 "GLIBC_TUNABLES=") + kExactHeapTunable +
-                                     " (kvcheck sets it itself; see properties/include/kvcheck/properties/heap.hpp)");
-        const kvc_config abi = cfg_.to_abi();
-        measured([&] { cache_ = std::make_unique<Cache>(t_.api, abi); });
+          streams_(cfg_.max_seqs, std::vector<Stream>(cfg_.n_layers)), owner_{t.api} {
+        const bool device = t_.caps.memory_space == KVC_MEMORY_DEVICE;
+        if (device && (ch_.heap || ch_.device_memory)) { // NO-Q and MEMORY hold device memory against the reports
+            std::string why_not;
+            device_ = DeviceWatch::open(&why_not);
+            if (device_) {
+                watch_ = Watch::Device;
+                result_.watched = "device memory (" + device_->library() + ")";
+            } else {
+                result_.watch_not_run = why_not;
+            }
+        } else if (ch_.heap && !device) {
+            if (!heap_accounting_exact())
+                throw std::runtime_error(std::string("the allocator watch needs glibc's per-thread cache off: run "
+                                                     "with GLIBC_TUNABLES=") + kExactHeapTunable +
+                                         " (kvcheck sets it itself; see properties/include/kvcheck/properties/heap.hpp)");
+            watch_ = Watch::Heap;
+            result_.watched = "heap";
+        }
+        create();
     }
 
     void apply(const Op& op) {
@@ -97,7 +112,82 @@ private:
         throw Violation(ch_.property, reason, std::move(m));
     }
 
-    // ---- the allocator watch (NO-Q) ----
+    // ---- calls into the implementation ----
+    // Every buffer a call is lent (lent.hpp) is checked right after it returns, before its status: writing outside
+    // what the harness lent is a FAIL of the property that made the call, whatever the call returned.
+    struct Lending {
+        const Lent* buffer;
+        const void* input; // what the payload must still equal (const inputs); nullptr for outputs
+    };
+    void check_lent(const char* call, std::initializer_list<Lending> lent) {
+        for (const Lending& l : lent) {
+            std::size_t bytes = 0;
+            const std::string what = l.buffer->violation(call, l.input, &bytes);
+            if (what.empty()) continue;
+            Mismatch m;
+            m.what = "bytes outside `" + l.buffer->name() + "`";
+            m.expected = 0;
+            m.actual = static_cast<double>(bytes);
+            if (l.input != nullptr && what.rfind("wrote into", 0) == 0) m.what = "bytes of input `" + l.buffer->name() + "`";
+            fail(what + ": an implementation may write only into the output buffers it is lent, within their size",
+                 m);
+        }
+    }
+
+    void check_status(kvc_status s, const char* call) const {
+        if (s == KVC_OK) return;
+        const char* msg = owner_.api->last_error(owner_.cache);
+        throw AbiError(s, std::string(call) + " failed (" + status_name(s) + "): " + (msg ? msg : "(no message)"));
+    }
+
+    const kvc_plugin_api* api() const { return owner_.api; }
+
+    void create() {
+        const kvc_config abi = cfg_.to_abi();
+        Lent config("kvc_config", sizeof abi, &abi), handle("create's out (kvc_cache*)", sizeof(kvc_cache*));
+        kvc_cache* raw = nullptr;
+        measured("create", [&] {
+            const kvc_status s = api()->create(config.as<const kvc_config>(), handle.as<kvc_cache*>());
+            check_lent("create", {{&config, &abi}, {&handle, nullptr}});
+            std::memcpy(&raw, handle.data(), sizeof raw);
+            if (s != KVC_OK || raw == nullptr) {
+                const char* msg = api()->last_error(nullptr);
+                const kvc_status st = s == KVC_OK ? KVC_ERR_INTERNAL : s; // OK with no handle is a broken promise
+                throw AbiError(st, std::string("create failed (") + status_name(st) + (s == KVC_OK ? ", no handle" : "") +
+                                       "): " + (msg ? msg : "(no message)"));
+            }
+            owner_.cache = raw;
+        });
+    }
+
+    kvc_memory memory_report() {
+        kvc_memory init{};
+        init.struct_size = sizeof init;
+        Lent m("kvc_memory", sizeof init, &init);
+        const kvc_status s = api()->memory(owner_.cache, m.as<kvc_memory>());
+        check_lent("memory", {{&m, nullptr}});
+        check_status(s, "memory");
+        kvc_memory out;
+        std::memcpy(&out, m.data(), sizeof out);
+        return out;
+    }
+
+    // Rows pos .. pos+n-1 of (seq, layer) into k and v (n * row bytes each).
+    void read_rows(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, std::vector<uint8_t>& k,
+                   std::vector<uint8_t>& v) {
+        Lent ko("k_out", k.size()), vo("v_out", v.size());
+        measured("read_kv", [&] {
+            const kvc_status s = api()->read_kv(owner_.cache, seq, layer, pos, n, ko.data(), vo.data());
+            check_lent("read_kv", {{&ko, nullptr}, {&vo, nullptr}});
+            check_status(s, "read_kv");
+        });
+        std::memcpy(k.data(), ko.data(), k.size());
+        std::memcpy(v.data(), vo.data(), v.size());
+    }
+
+    // ---- the allocator watch (NO-Q; MEMORY too for DEVICE caches) ----
+    // The same rules for the host heap and for device memory; only the slack differs (kHeapSlackBytes,
+    // kDeviceSlackBytes: device memory comes in 2 MiB pages).
     // create() may allocate anything constant: K/V storage (capacity + pool), a declared workspace, and (ABI 1.0
     // plugins, which cannot declare one) an undeclared constant scratch; together at most kMaxWorkspaceBytes beyond
     // the K/V storage. From then on, every byte the allocator grows by must come with as much growth of the reported
@@ -107,9 +197,11 @@ private:
     // freed a call late is not summed up call after call. Hidden Q storage grows with the tokens appended; a
     // workspace does not: reported workspace must not change after create.
     void after_call() {
-        const kvc_memory m = cache_->memory();
-        const int64_t kv = static_cast<int64_t>(m.capacity_bytes + m.pool_bytes);
-        const int64_t reported = kv + static_cast<int64_t>(m.workspace_bytes);
+        const kvc_memory m = memory_report();
+        // Saturated at 2^61 each, so that absurd reports (2^64 - 1) read as huge, never wrap to "-2 bytes".
+        const auto sat = [](uint64_t b) { return static_cast<int64_t>(std::min<uint64_t>(b, uint64_t{1} << 61)); };
+        const int64_t kv = sat(m.capacity_bytes) + sat(m.pool_bytes);
+        const int64_t reported = kv + sat(m.workspace_bytes);
         Mismatch mm;
         if (!watching_) { // the window around create()
             watching_ = true;
@@ -146,13 +238,19 @@ private:
         const int64_t unexplained = grown - reported_growth;
         const int64_t rise = unexplained - lowest_unexplained_;
         result_.hidden_heap_bytes = std::max(result_.hidden_heap_bytes, rise);
-        if (rise > kHeapSlackBytes) {
-            mm.what = "heap bytes not explained by reported capacity + pool + workspace";
-            mm.expected = static_cast<double>(lowest_unexplained_ + reported_growth + kHeapSlackBytes);
+        const bool blind = watch_ == Watch::Heap && heap_watch_blind_reason() != nullptr; // ASan: NO-Q's note
+        const int64_t slack = watch_ == Watch::Device ? kDeviceSlackBytes : kHeapSlackBytes;
+        if (rise > slack && !blind) {
+            const bool dev = watch_ == Watch::Device;
+            mm.what = std::string(dev ? "device" : "heap") + " bytes not explained by reported capacity + pool + "
+                      "workspace";
+            mm.expected = static_cast<double>(lowest_unexplained_ + reported_growth + slack);
             mm.actual = static_cast<double>(grown);
-            fail("since create the allocator grew by " + std::to_string(grown) + " bytes while the reported K/V "
-                     "storage and workspace grew by " + std::to_string(reported_growth) + " bytes: " +
-                     std::to_string(rise) + " bytes of hidden storage (caching Q, or K/V it does not report)",
+            fail(std::string("since create ") + (dev ? "device memory in use" : "the allocator") + " grew by " +
+                     std::to_string(grown) + " bytes while the reported K/V storage and workspace grew by " +
+                     std::to_string(reported_growth) + " bytes: " + std::to_string(rise) +
+                     " bytes of hidden storage (caching Q, or K/V it does not report; slack " + std::to_string(slack) +
+                     " bytes)",
                  mm);
         }
         lowest_unexplained_ = std::min(lowest_unexplained_, unexplained);
@@ -178,15 +276,30 @@ private:
              mm);
     }
 
-    // Every call into the implementation goes through here. The allocator is read just before and just after, so
-    // the harness's own allocations between calls never count.
+    // Every call into the implementation goes through here. The allocator (the host heap, or device memory for a
+    // DEVICE cache: device_watch.hpp) is read just before and just after, so the harness's own allocations between
+    // calls never count. The buffers a call is lent are allocated before its window opens.
     template <typename F>
-    void measured(F&& call) {
-        const int64_t before = ch_.heap ? heap_in_use() : 0;
+    void measured(const char* name, F&& call) {
+        const int64_t before = reading(name, "before");
         call();
-        if (!ch_.heap) return;
-        grown_ += heap_in_use() - before;
+        if (watch_ == Watch::None) return;
+        grown_ += reading(name, "after") - before;
         after_call();
+    }
+
+    int64_t reading(const char* call, const char* when) const {
+        switch (watch_) {
+        case Watch::None: return 0;
+        case Watch::Heap: return heap_in_use();
+        case Watch::Device:
+            try {
+                return device_->used();
+            } catch (const std::runtime_error& e) { // after a call: most likely a sticky error the call left
+                throw AbiError(KVC_ERR_INTERNAL, std::string(e.what()) + " (" + when + " " + call + ")");
+            }
+        }
+        return 0;
     }
 
     // ---- appends ----
@@ -234,21 +347,27 @@ private:
             if (op.kind == OpKind::Append) { // one call per sequence (BATCH runs its batches this way to compare)
                 for (size_t i = 0; i < ps.size(); ++i) {
                     Pending& p = ps[i];
-                    outs[i].assign(p.q.size(), std::numeric_limits<float>::quiet_NaN());
-                    measured([&] {
-                        cache_->append_attend(p.seq, layer, p.n_new, p.q.data(), p.k.data(), p.v.data(),
-                                              outs[i].data());
+                    Lent q("q", bytes_of(p.q), p.q.data()), k("k", bytes_of(p.k), p.k.data()),
+                        v("v", bytes_of(p.v), p.v.data()), out("out", bytes_of(p.q));
+                    measured("append_attend", [&] {
+                        const kvc_status st = api()->append_attend(owner_.cache, p.seq, layer, p.n_new,
+                                                                   q.as<const float>(), k.as<const float>(),
+                                                                   v.as<const float>(), out.as<float>());
+                        check_lent("append_attend",
+                                   {{&q, p.q.data()}, {&k, p.k.data()}, {&v, p.v.data()}, {&out, nullptr}});
+                        check_status(st, "append_attend");
                     });
+                    outs[i].assign(out.as<float>(), out.as<float>() + p.q.size());
+                    bury({&q, &k, &v, &out});
                 }
             } else {
                 call_batch(layer, ps, outs);
             }
-            for (size_t i = 0; i < ps.size(); ++i) {
-                record(ps[i], layer, outs[i]);
-                poison(ps[i], outs[i]);
-            }
+            for (size_t i = 0; i < ps.size(); ++i) record(ps[i], layer, outs[i]);
         }
     }
+
+    static std::size_t bytes_of(const std::vector<float>& x) { return x.size() * sizeof(float); }
 
     void call_batch(uint32_t layer, std::vector<Pending>& ps, std::vector<std::vector<float>>& outs) {
         std::vector<uint32_t> ids, offs{0};
@@ -260,34 +379,40 @@ private:
             k.insert(k.end(), p.k.begin(), p.k.end());
             v.insert(v.end(), p.v.begin(), p.v.end());
         }
-        std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+        if (!KVC_API_HAS(api(), append_attend_batch))
+            throw AbiError(KVC_ERR_UNSUPPORTED, "append_attend_batch: not provided");
+        Lent lq("batch q", bytes_of(q), q.data()), lk("batch k", bytes_of(k), k.data()),
+            lv("batch v", bytes_of(v), v.data()), lout("batch out", bytes_of(q)),
+            lids("batch seq_ids", ids.size() * sizeof(uint32_t), ids.data()),
+            loffs("batch token_offsets", offs.size() * sizeof(uint32_t), offs.data());
         kvc_batch b{};
         b.struct_size = sizeof b;
         b.n_seqs = static_cast<uint32_t>(ps.size());
-        b.seq_ids = ids.data();
-        b.token_offsets = offs.data();
-        b.q = q.data();
-        b.k = k.data();
-        b.v = v.data();
-        b.out = out.data();
-        measured([&] { cache_->append_attend_batch(layer, b); });
+        b.seq_ids = lids.as<const uint32_t>();
+        b.token_offsets = loffs.as<const uint32_t>();
+        b.q = lq.as<const float>();
+        b.k = lk.as<const float>();
+        b.v = lv.as<const float>();
+        b.out = lout.as<float>();
+        Lent lb("kvc_batch", sizeof b, &b);
+        measured("append_attend_batch", [&] {
+            const kvc_status st = api()->append_attend_batch(owner_.cache, layer, lb.as<const kvc_batch>());
+            check_lent("append_attend_batch", {{&lb, &b}, {&lids, ids.data()}, {&loffs, offs.data()}, {&lq, q.data()},
+                                               {&lk, k.data()}, {&lv, v.data()}, {&lout, nullptr}});
+            check_status(st, "append_attend_batch");
+        });
         const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * d_;
-        for (size_t i = 0; i < ps.size(); ++i)
-            outs[i].assign(out.begin() + static_cast<std::ptrdiff_t>(offs[i] * qrow),
-                           out.begin() + static_cast<std::ptrdiff_t>(offs[i + 1] * qrow));
-        // the packed buffers are the ones the implementation saw: poison and keep them
-        for (auto* buf : {&q, &k, &v, &out}) {
-            std::fill(buf->begin(), buf->end(), std::numeric_limits<float>::quiet_NaN());
-            graveyard_.push_back(std::move(*buf));
-        }
+        const float* out = lout.as<const float>();
+        for (size_t i = 0; i < ps.size(); ++i) outs[i].assign(out + offs[i] * qrow, out + offs[i + 1] * qrow);
+        bury({&lq, &lk, &lv, &lout, &lids, &loffs, &lb});
     }
 
-    // After a call the harness poisons every buffer it lent and keeps it alive, so an implementation that kept a
-    // pointer reads NaN later instead of silently reading stale inputs.
-    void poison(Pending& p, std::vector<float>& out) {
-        for (auto* buf : {&p.q, &p.k, &p.v, &out}) {
-            std::fill(buf->begin(), buf->end(), std::numeric_limits<float>::quiet_NaN());
-            graveyard_.push_back(std::move(*buf));
+    // After a call the harness poisons every buffer it lent and keeps it alive until the cache is destroyed, so an
+    // implementation that kept a pointer reads NaN later instead of silently reading stale inputs (NO-Q part 3).
+    void bury(std::initializer_list<Lent*> lent) {
+        for (Lent* l : lent) {
+            l->poison();
+            graveyard_.push_back(std::move(*l));
         }
     }
 
@@ -298,7 +423,7 @@ private:
         if (p.n_new == 0) return;
         const size_t rb = row_ * es_;
         std::vector<uint8_t> kb(p.n_new * rb), vb(p.n_new * rb);
-        measured([&] { cache_->read_kv(p.seq, layer, p.before, p.n_new, kb.data(), vb.data()); });
+        read_rows(p.seq, layer, p.before, p.n_new, kb, vb);
         std::vector<float> kx(row_);
         for (uint32_t i = 0; i < p.n_new; ++i) {
             const uint32_t pos = p.before + i;
@@ -459,7 +584,8 @@ private:
     void fork(const Op& op, std::vector<bool>& touched) {
         touched[op.child] = true;
         forked_ = true;
-        measured([&] { cache_->fork(op.seq, op.child); });
+        if (!KVC_API_HAS(api(), fork)) throw AbiError(KVC_ERR_UNSUPPORTED, "fork: not provided");
+        measured("fork", [&] { check_status(api()->fork(owner_.cache, op.seq, op.child), "fork"); });
         for (uint32_t l = 0; l < cfg_.n_layers; ++l) streams_[op.child][l] = streams_[op.seq][l];
         if (ch_.fork_shares)
             for (uint32_t l = 0; l < cfg_.n_layers; ++l) compare_rows(op.child, l, "a forked child's rows differ from its parent's");
@@ -467,7 +593,8 @@ private:
 
     void release(const Op& op, std::vector<bool>& touched) {
         touched[op.seq] = true;
-        measured([&] { cache_->release(op.seq); });
+        if (!KVC_API_HAS(api(), release)) throw AbiError(KVC_ERR_UNSUPPORTED, "release: not provided");
+        measured("release", [&] { check_status(api()->release(owner_.cache, op.seq), "release"); });
         for (uint32_t l = 0; l < cfg_.n_layers; ++l) streams_[op.seq][l] = Stream{};
     }
 
@@ -476,7 +603,7 @@ private:
         const Stream& s = streams_[seq][layer];
         if (s.len == 0) return;
         std::vector<uint8_t> kb(s.k_bits.size()), vb(s.v_bits.size());
-        measured([&] { cache_->read_kv(seq, layer, 0, s.len, kb.data(), vb.data()); });
+        read_rows(seq, layer, 0, s.len, kb, vb);
         for (int pass = 0; pass < 2; ++pass) {
             const auto& want = pass == 0 ? s.k_bits : s.v_bits;
             const auto& got = pass == 0 ? kb : vb;
@@ -503,7 +630,13 @@ private:
                     compare_rows(seq, l, "a row read back earlier changed: the past of the cache was rewritten");
                 if (ch_.lengths) {
                     uint32_t len = 0;
-                    measured([&] { len = cache_->seq_length(seq, l); });
+                    Lent out("seq_length's out", sizeof len);
+                    measured("seq_length", [&] {
+                        const kvc_status st = api()->seq_length(owner_.cache, seq, l, out.as<uint32_t>());
+                        check_lent("seq_length", {{&out, nullptr}});
+                        check_status(st, "seq_length");
+                    });
+                    std::memcpy(&len, out.data(), sizeof len);
                     if (len != streams_[seq][l].len) {
                         Mismatch m;
                         m.what = "seq_length";
@@ -520,7 +653,7 @@ private:
     }
 
     void check_memory() {
-        const kvc_memory m = cache_->memory();
+        const kvc_memory m = memory_report();
         const uint64_t row_bytes = 2ull * row_ * es_;
         const uint64_t block = std::max<uint32_t>(m.block_size, 1u);
         uint64_t live = 0, bound = 0;
@@ -567,8 +700,20 @@ private:
     const uint32_t d_;
     const size_t row_, es_;
     std::vector<std::vector<Stream>> streams_; // [seq][layer]
-    std::vector<std::vector<float>> graveyard_; // poisoned buffers, alive until the cache is gone (declared first)
-    std::unique_ptr<Cache> cache_;
+    std::vector<Lent> graveyard_; // poisoned buffers, alive until the cache is gone (declared before owner_)
+    // The cache instance; destroyed before the graveyard (members are destroyed in reverse order).
+    struct Owner {
+        const kvc_plugin_api* api;
+        kvc_cache* cache = nullptr;
+        explicit Owner(const kvc_plugin_api* a) : api(a) {}
+        Owner(const Owner&) = delete;
+        Owner& operator=(const Owner&) = delete;
+        ~Owner() {
+            if (cache) api->destroy(cache);
+        }
+    } owner_;
+    enum class Watch { None, Heap, Device } watch_ = Watch::None; // what measured() reads around every call
+    std::shared_ptr<DeviceWatch> device_;
     int64_t grown_ = 0; // allocator growth summed over the windows around calls
     bool watching_ = false;          // the create() window has been judged
     uint64_t workspace_ = 0;         // reported right after create; constant from then on

@@ -3,12 +3,38 @@
 #include "kvcheck/abi.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstddef>
 #include <cstring>
 #include <fstream>
 
 namespace kvc::prop {
+namespace {
+
+// get_caps with a guard zone after the kvc_caps it fills: a plugin built against a larger kvc_caps (or a careless
+// one) writes past it, and that must be an error naming the overrun, not a harness scribbled on.
+kvc_caps guarded_caps(const kvc_plugin_api* api, const std::string& origin) {
+    constexpr unsigned char kGuard = 0xa5;
+    struct {
+        kvc_caps caps;
+        unsigned char guard[1024];
+    } buffer;
+    std::memset(&buffer, kGuard, sizeof buffer);
+    std::memset(&buffer.caps, 0, sizeof buffer.caps);
+    buffer.caps.struct_size = sizeof buffer.caps;
+    api->get_caps(&buffer.caps);
+    std::size_t last = 0; // one past the last guard byte written
+    for (std::size_t i = 0; i < sizeof buffer.guard; ++i)
+        if (buffer.guard[i] != kGuard) last = i + 1;
+    if (last)
+        throw PluginMisbehaved(origin + ": get_caps wrote " + (last == sizeof buffer.guard ? "at least " : "") +
+                               std::to_string(last) + " bytes past the end of the kvc_caps it was given (struct_size " +
+                               std::to_string(sizeof buffer.caps) + ")");
+    return buffer.caps;
+}
+
+} // namespace
 
 Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
     const kvc_plugin_api* api = entry(KVC_ABI_VERSION_MAJOR, KVC_ABI_VERSION_MINOR);
@@ -32,7 +58,7 @@ Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
     t.name = api->name ? api->name : "(unnamed)";
     t.origin = origin;
     t.api = api;
-    t.caps = query_caps(api);
+    t.caps = guarded_caps(api, origin);
     const auto need = [&](uint32_t bit, bool present, const char* what) {
         if ((t.caps.features & bit) && !present)
             throw LoadError(origin + ": declares " + what + " but the table's " + what + " member is NULL");
@@ -55,6 +81,17 @@ Target load_plugin(const std::string& path) {
     std::shared_ptr<void> lib(handle, [](void* h) { dlclose(h); });
     void* sym = dlsym(handle, KVC_ENTRY_SYMBOL);
     if (!sym) throw LoadError(path + ": no exported symbol " KVC_ENTRY_SYMBOL " (see docs/plugin-abi.md)");
+    // A data object under the entry's name would be "called" as code: refuse it by its ELF symbol type.
+    Dl_info info{};
+    void* entry_info = nullptr;
+    if (dladdr1(sym, &info, &entry_info, RTLD_DL_SYMENT) && entry_info) {
+        const unsigned type = static_cast<const ElfW(Sym)*>(entry_info)->st_info & 0xfu; // ELF{32,64}_ST_TYPE
+        if (type != STT_FUNC && type != STT_GNU_IFUNC)
+            throw LoadError(path + ": the exported symbol " KVC_ENTRY_SYMBOL " is not a function (" +
+                            (type == STT_OBJECT ? std::string("a data object") : "ELF symbol type " +
+                                                                                    std::to_string(type)) +
+                            "; see docs/plugin-abi.md)");
+    }
     kvc_entry_fn entry;
     static_assert(sizeof entry == sizeof sym, "function and object pointers differ in size");
     std::memcpy(&entry, &sym, sizeof entry);

@@ -94,6 +94,7 @@ ModelConfig config_from_json(const json& j) {
     c.out_proj = bool_field(j, "out_proj", false);
     c.residual = bool_field(j, "residual", false);
     c.unembed = bool_field(j, "unembed", false);
+    c.tied = bool_field(j, "tied", false);
     c.validate();
     return c;
 }
@@ -106,6 +107,7 @@ json config_to_json(const ModelConfig& c) {
               {"rms_eps", c.rms_eps}, {"mlp", c.mlp},  {"d_ff", c.d_ff}, {"out_proj", c.out_proj},
               {"residual", c.residual}, {"unembed", c.unembed}};
     if (c.scale) j["scale"] = *c.scale;
+    if (c.tied) j["tied"] = true; // written only when set: every untied model's JSON stays as it was
     return j;
 }
 
@@ -132,7 +134,7 @@ Weights<double> weights_from_json(const json& j, const ModelConfig& cfg) {
         w.layers.push_back(std::move(lw));
     }
     if (cfg.unembed) {
-        w.w_unembed = matrix_from_json(field(j, "w_unembed"), "w_unembed");
+        if (!cfg.tied) w.w_unembed = matrix_from_json(field(j, "w_unembed"), "w_unembed");
         if (cfg.rmsnorm) w.rms_final = vector_from_json(field(j, "rms_final"), "rms_final");
     }
     check_shapes(cfg, w);

@@ -53,7 +53,7 @@ Weights<double> random_weights(const ModelConfig& cfg, uint64_t seed) {
         w.layers.push_back(std::move(lw));
     }
     if (cfg.unembed) {
-        w.w_unembed = gaussian(rng, D, cfg.vocab, in_D);
+        if (!cfg.tied) w.w_unembed = gaussian(rng, D, cfg.vocab, in_D); // drawn last: tied leaves the rest as is
         if (cfg.rmsnorm) w.rms_final = RowVec<double>::Ones(D);
     }
     return w;

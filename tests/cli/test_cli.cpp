@@ -429,7 +429,7 @@ protected:
         EXPECT_EQ(r.rc, 2) << r.all();
         EXPECT_NE(r.err.find(message), std::string::npos) << r.all();
         EXPECT_FALSE(fs::exists(path("report.json")));
-        EXPECT_FALSE(fs::exists(path("report.json.tmp")));
+        EXPECT_FALSE(fs::exists(path(".report.json.kvcheck-tmp")));
         EXPECT_FALSE(fs::exists(path("junit.xml")));
     }
 };
@@ -605,6 +605,36 @@ TEST_F(Cli, ListShowsPropertiesBuiltinsAndVocabulary) {
     EXPECT_GE(doc.at("properties").size(), 5u);
     EXPECT_GE(doc.at("builtins").size(), 1u);
     EXPECT_EQ(doc.at("vocabulary").at("dtypes").size(), 3u);
+}
+
+// A built-in that cannot run here (the CUDA engine on a machine without a GPU) is never judged: named alone it is
+// exit 5 with the reason; within `--builtin all` it is listed as skipped, with the reason, and the others run.
+TEST_F(Cli, BuiltinThatCannotRunHereIsSkippedWithItsReason) {
+    const Outcome l = kvcheck("list --json");
+    ASSERT_EQ(l.rc, 0) << l.all();
+    std::string name, reason;
+    const auto listed = nlohmann::json::parse(l.out);
+    for (const auto& b : listed.at("builtins"))
+        if (!b.at("runs_here").get<bool>()) {
+            name = b.at("name").get<std::string>();
+            reason = b.at("unavailable_reason").get<std::string>();
+        }
+    if (name.empty()) GTEST_SKIP() << "every built-in of this build can run on this machine";
+    ASSERT_FALSE(reason.empty());
+    const Outcome alone = kvcheck("validate --builtin " + name + " --cases 1");
+    EXPECT_EQ(alone.rc, 5) << alone.all();
+    EXPECT_NE(alone.err.find(reason), std::string::npos) << alone.all();
+    EXPECT_FALSE(fs::exists(path("report.json")));
+    const Outcome all = kvcheck("validate --builtin all --filter '^EQUIV/' --cases 1 --report report.json");
+    EXPECT_EQ(all.rc, 0) << all.all();
+    EXPECT_NE(all.out.find("skipped built-in " + name + ": " + reason), std::string::npos) << all.out;
+    const auto doc = json_file("report.json");
+    ASSERT_EQ(doc.at("skipped_implementations").size(), 1u);
+    EXPECT_EQ(doc.at("skipped_implementations")[0].at("name"), name);
+    EXPECT_EQ(doc.at("skipped_implementations")[0].at("reason"), reason);
+    EXPECT_GE(doc.at("implementations").size(), 1u);
+    for (const auto& impl : doc.at("implementations")) EXPECT_NE(impl.at("origin"), "builtin:" + name);
+    EXPECT_EQ(all.out.find(name + ": CONFORMANT"), std::string::npos) << "a skipped built-in has no verdict";
 }
 
 // ---------------------------------------------------------------------------------------------------------------

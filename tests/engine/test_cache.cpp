@@ -6,9 +6,18 @@
 #include <malloc.h>
 
 #include <cmath>
+#include <iostream>
 
 namespace kvc::test {
 namespace {
+
+// AddressSanitizer's allocator bypasses glibc's, and mallinfo2 then reports zeros: the heap checks below cannot see
+// anything in that build (tools/sanitize.sh), so they are skipped there, saying so.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr const char* kHeapBlind = "mallinfo2 is blind under AddressSanitizer's allocator";
+#else
+constexpr const char* kHeapBlind = nullptr;
+#endif
 
 std::vector<uint8_t> read_all(opt::Engine& e, uint32_t seq, uint32_t layer, uint32_t n, bool v_plane = false) {
     const kvc_config& c = e.config();
@@ -180,6 +189,7 @@ TEST(Memory, ReportsTheFormula) {
 // The heap grows by what capacity_bytes + pool_bytes say (how the conformance harness checks NO-Q): K/V storage
 // is malloc'd and reported, bookkeeping is small.
 TEST(Memory, HeapGrowthIsExplainedByCapacityAndPool) {
+    if (kHeapBlind) GTEST_SKIP() << kHeapBlind;
     for (bool sealed : {false, true}) {
         const kvc_config c = make_config(8, 4, 64, KVC_DTYPE_F16, 16, KVC_ROPE_NEOX, 4);
         opt::EngineOptions o;
@@ -249,7 +259,10 @@ TEST(Memory, FreeSlabsGoBackAfterAPeak) {
             EXPECT_LE(double(held), 1.20 * double(m.live_bytes)) << "held " << held << ", live " << m.live_bytes;
         }
         EXPECT_LE(double(held), 0.6 * double(held_peak)) << "sealed " << sealed << ": peak " << held_peak;
-        EXPECT_LE(heap(), heap_peak - static_cast<int64_t>(held_peak - held) + 64 * 1024) << "the heap shrank too";
+        if (kHeapBlind)
+            std::cout << "heap check SKIPPED: " << kHeapBlind << "\n"; // the rest of the test still runs
+        else
+            EXPECT_LE(heap(), heap_peak - static_cast<int64_t>(held_peak - held) + 64 * 1024) << "the heap shrank too";
         for (uint32_t s = 1; s < n_seqs; s += 2) {
             EXPECT_EQ(read_all(*e, s, 0, rounds * per_round), before[s]) << "sequence " << s << " moved intact";
             if (s % 8 != 1) continue; // attention on a few (the reference is the slow part)

@@ -153,6 +153,7 @@ TEST(Safetensors, FilesOnDisk) {
     const std::string path = dir + "/kvcheck_st_roundtrip.safetensors";
     kvc::st::write_file(path, sample());
     EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+    EXPECT_FALSE(std::filesystem::exists(dir + "/.kvcheck_st_roundtrip.safetensors.kvcheck-tmp")); // report.hpp's name
     const File g = kvc::st::read_file(path);
     EXPECT_EQ(g.tensors.size(), 4u);
     std::filesystem::remove(path);

@@ -119,7 +119,7 @@ def roundtrip(t):
 
     suite = ET.parse(junit).getroot()
     expect(suite.get("tests") == "40" and suite.get("failures") == "0" and suite.get("errors") == "0", "JUnit")
-    expect(not [p for p in os.listdir(t.work) if p.endswith(".tmp")], "no temporary files left")
+    expect(not [p for p in os.listdir(t.work) if p.endswith((".tmp", ".kvcheck-tmp"))], "no temporary files left")
 
 
 def skip_self(t):

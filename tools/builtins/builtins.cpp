@@ -3,17 +3,39 @@
 extern "C" const kvc_plugin_api* kvc_example_entry(uint32_t major, uint32_t minor);
 extern "C" const kvc_plugin_api* kvc_cpu_engine_entry(uint32_t major, uint32_t minor);
 extern "C" const kvc_plugin_api* kvc_cpu_engine_sealed_entry(uint32_t major, uint32_t minor);
+#ifdef KVCHECK_HAVE_CUDA_ENGINE
+extern "C" const kvc_plugin_api* kvc_cuda_engine_entry(uint32_t major, uint32_t minor);
+extern "C" const char* kvc_cuda_engine_unavailable(void);
+#endif
 
 namespace kvc {
 
-const std::vector<Builtin>& builtins() {
+namespace {
+
+const std::vector<Builtin>& compiled() {
     static const std::vector<Builtin> list = {
         {"example", "tools/example_plugin: textbook contiguous cache in C, loop attention", kvc_example_entry},
         {"cpu", "optimized/: paged CPU engine, f32/f16/bf16, GQA, RoPE, fork, batching", kvc_cpu_engine_entry},
         {"cpu-sealed", "the CPU engine in test mode: full blocks mprotect-sealed, unused slots NaN-poisoned",
          kvc_cpu_engine_sealed_entry},
+#ifdef KVCHECK_HAVE_CUDA_ENGINE
+        // listed whenever compiled; skipped with the CUDA error where no device is usable
+        {"cuda", "optimized/cuda: paged CUDA engine, device memory, f32/f16/bf16, GQA, RoPE, fork, batching",
+         kvc_cuda_engine_entry, kvc_cuda_engine_unavailable},
+#endif
     };
     return list;
+}
+
+} // namespace
+
+// Every built-in compiled in, whether or not it can run here: callers ask unavailable_reason() and skip with it.
+const std::vector<Builtin>& builtins() { return compiled(); }
+
+std::string unavailable_reason(const Builtin& b) {
+    if (b.unavailable == nullptr) return "";
+    const char* why = b.unavailable();
+    return why ? why : "";
 }
 
 const Builtin* find_builtin(const std::string& name) {

@@ -36,7 +36,13 @@ nlohmann::json list_json() {
                          {"summary", p.summary}});
     }
     nlohmann::json impls = nlohmann::json::array();
-    for (const Builtin& b : builtins()) impls.push_back({{"name", b.name}, {"description", b.description}});
+    for (const Builtin& b : builtins()) {
+        const std::string why = unavailable_reason(b);
+        impls.push_back({{"name", b.name},
+                         {"description", b.description},
+                         {"runs_here", why.empty()},
+                         {"unavailable_reason", why.empty() ? nlohmann::json(nullptr) : nlohmann::json(why)}});
+    }
     nlohmann::json verdicts = nlohmann::json::array();
     for (prop::Verdict v : {prop::Verdict::Pass, prop::Verdict::Fail, prop::Verdict::NotSupported,
                             prop::Verdict::QualityWarning, prop::Verdict::Error, prop::Verdict::Crash,
@@ -80,8 +86,11 @@ std::string list_text() {
     o << "\nbuilt-in implementations (validate --builtin NAME, or --builtin all):\n";
     w = 0;
     for (const Builtin& b : builtins()) w = std::max(w, b.name.size());
-    for (const Builtin& b : builtins())
+    for (const Builtin& b : builtins()) {
         o << "  " << std::setw(static_cast<int>(w)) << std::left << b.name << "  " << b.description << "\n";
+        const std::string why = unavailable_reason(b);
+        if (!why.empty()) o << "  " << std::string(w, ' ') << "  cannot run here: " << why << "\n";
+    }
     o << "\ncapability vocabulary (what kvc_caps declares; reports use these words):\n";
     print_words(o, "dtypes", dtype_words());
     print_words(o, "rope variants", rope_words());

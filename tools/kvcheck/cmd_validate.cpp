@@ -4,6 +4,7 @@
 // cases, isolates them (isolate.hpp), prints and reports (report.hpp). docs/cli.md describes the behaviour.
 #include "commands.hpp"
 
+#include "input_file.hpp"
 #include "isolate.hpp"
 #include "report.hpp"
 #include "vocabulary.hpp"
@@ -14,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -22,6 +25,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <new>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -67,48 +71,353 @@ std::string shell_quote(const std::string& s) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Implementations under test
+// Implementations under test. The parent never loads a plugin nor calls into one (a constructor, the entry
+// function or get_caps could exit, crash or hang it): a probe child loads it and reports what the parent needs, and
+// every case child loads it again for itself.
 
-struct Subject {
-    prop::Target target;
-    std::string label;       // short name for tables: the built-in's name, or the plugin's own name
-    std::string target_args; // how to name it on a command line: "--builtin NAME" or "--plugin PATH"
+// A plugin that misbehaved while being loaded: crashed, exited (even with 0), hung, flooded the harness's pipes or
+// wrote past kvc_caps. Exit kExitPluginFailed.
+class PluginFailed : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
 };
 
-Subject load_builtin(const Builtin& b) {
-    Subject s;
-    try {
-        s.target = prop::target_from_entry(b.entry, "builtin:" + b.name);
-    } catch (const prop::LoadError& e) {
-        throw BadInput(std::string("built-in ") + b.name + " cannot be used: " + e.what());
+// A built-in named on its own that cannot run on this machine (the CUDA engine without a usable device): nothing was
+// judged, so neither conformant nor not. Exit kExitNotRunnable; `--builtin all` skips it with the reason instead.
+class NotRunnable : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+enum class Isolation { Fork, Exec };
+
+const char* isolation_name(Isolation i) { return i == Isolation::Exec ? "exec" : "fork"; }
+
+// What the parent knows of an implementation: what its probe reported. `target.api` stays null in the parent.
+struct Subject {
+    prop::Target target;     // name, origin and capabilities
+    std::string version;     // printable()
+    uint32_t abi_major = 0, abi_minor = 0;
+    std::string label;       // short name for tables: the built-in's name, or the plugin's own name
+    std::string target_args; // how to name it on a command line: "--builtin NAME" or "--plugin PATH"
+    std::string plugin_file; // what a child dlopen()s, or
+    std::string builtin;     // the built-in a child takes
+    Isolation isolation = Isolation::Fork;
+    uint64_t memory_limit = 0; // RLIMIT_AS of each case's child; 0: none
+    bool memory_limit_asked = false; // given with --memory-limit, not the default
+};
+
+// --isolation and --memory-limit as given, and the per-case timeout (validate and replay share them).
+struct IsolationOptions {
+    std::string isolation = "auto";
+    std::string memory_limit = "auto";
+    double timeout = 30;
+};
+
+constexpr uint64_t kDefaultMemoryLimit = uint64_t{8} << 30; // host plugins, per case (docs/cli.md, Isolation)
+constexpr uint64_t kSmallestMemoryLimit = uint64_t{64} << 20; // kvcheck itself needs some to run a case at all
+
+// "auto" (nullopt), "none" or 0 (no limit), or a size: bytes, or a number with K, M, G or T (powers of 1024).
+std::optional<uint64_t> parse_memory_limit(const std::string& text) {
+    if (text == "auto") return std::nullopt;
+    if (text == "none" || text == "0") return uint64_t{0};
+    static const std::regex form("([0-9]{1,12})(\\.[0-9]{1,6})?([KMGTkmgt]i?B?|B)?");
+    std::smatch m;
+    long double bytes = 0;
+    if (std::regex_match(text, m, form)) {
+        bytes = std::stold(m[1].str() + m[2].str());
+        const std::string unit = m[3].str();
+        const char u = unit.empty() ? 'B' : static_cast<char>(std::toupper(static_cast<unsigned char>(unit[0])));
+        for (const char step : {'K', 'M', 'G', 'T'}) {
+            bytes *= 1024;
+            if (u == step) break;
+            if (step == 'T' || u == 'B') bytes /= 1024; // (undone for bytes, at the first step)
+            if (u == 'B') break;
+        }
     }
-    s.label = b.name;
-    s.target_args = "--builtin " + b.name;
+    if (bytes < static_cast<long double>(kSmallestMemoryLimit) || bytes > 1e18L)
+        throw BadInput("--memory-limit " + text + ": expected auto, none, or a size of at least 64M such as 4G, "
+                                                  "512M or 8589934592 (bytes)");
+    return static_cast<uint64_t>(bytes);
+}
+
+std::string bytes_text(uint64_t b) {
+    std::ostringstream s;
+    if (b >= (uint64_t{1} << 30) && b % (uint64_t{1} << 30) == 0) s << (b >> 30) << " GiB";
+    else if (b >= (uint64_t{1} << 20) && b % (uint64_t{1} << 20) == 0) s << (b >> 20) << " MiB";
+    else s << b << " bytes";
+    return s.str();
+}
+
+void check_timeout(double timeout) {
+    // CLI11's range check lets NaN through (every comparison with it is false): NaN would switch timeouts off.
+    if (!(timeout >= 0.001 && timeout <= 1e6)) {
+        std::ostringstream m;
+        m << "--timeout " << timeout << ": expected seconds from 0.001 to 1000000";
+        throw BadInput(m.str());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The child's work. A request (JSON) says what to load and what to run: {"kind": "probe" | "case" | "replay",
+// "plugin": PATH | "builtin": NAME, "memory_limit": BYTES, ...}. The child answers on its result descriptor with
+// lines: "L <json>" (probe), "P <json>" (a provisional FAIL, before shrinking), "F <json>" (the final result), and
+// "M" when an allocation was refused under the memory limit. prop::to_json spells NaN and infinities as strings, so
+// a NaN output travels like any other number. The same function serves fork isolation (called in the fork()ed
+// child) and exec isolation (called by the re-executed kvcheck).
+
+void send(int fd, char tag, const prop::CaseResult& r) {
+    write_all(fd, std::string(1, tag) + " " + dump_json(prop::to_json(r)) + "\n");
+}
+
+int g_marker_fd = -1;
+
+// operator new's last resort under the memory limit: say so once, then let it throw std::bad_alloc.
+void report_refused_allocation() {
+    static const char marker[] = "M\n";
+    if (g_marker_fd >= 0 && ::write(g_marker_fd, marker, sizeof marker - 1) < 0) {
+    }
+    std::set_new_handler(nullptr);
+}
+
+std::string caps_hex(const kvc_caps& caps) {
+    static const char digits[] = "0123456789abcdef";
+    const auto* p = reinterpret_cast<const unsigned char*>(&caps);
+    std::string s;
+    for (std::size_t i = 0; i < sizeof caps; ++i) {
+        s += digits[p[i] >> 4];
+        s += digits[p[i] & 15];
+    }
     return s;
 }
 
-// Exactly one of plugin / builtin; builtin "all" (when allowed) is every built-in. Throws BadInput.
-std::vector<Subject> load_subjects(const std::string& plugin, const std::string& builtin, bool allow_all) {
+// The same binary wrote it (probe child or re-executed kvcheck), so the layout is ours; the size is checked anyway.
+bool caps_from_hex(const std::string& s, kvc_caps& caps) {
+    if (s.size() != 2 * sizeof caps) return false;
+    auto* p = reinterpret_cast<unsigned char*>(&caps);
+    for (std::size_t i = 0; i < sizeof caps; ++i) {
+        const auto nibble = [](char c) { return c >= 'a' ? c - 'a' + 10 : c - '0'; };
+        p[i] = static_cast<unsigned char>(nibble(s[2 * i]) << 4 | nibble(s[2 * i + 1]));
+    }
+    return true;
+}
+
+prop::Target load_in_child(const nlohmann::json& req) {
+    if (req.contains("plugin")) return prop::load_plugin(req.at("plugin").get<std::string>());
+    const std::string name = req.at("builtin").get<std::string>();
+    const Builtin* b = find_builtin(name);
+    if (!b) throw prop::LoadError("unknown built-in \"" + name + "\"");
+    try {
+        return prop::target_from_entry(b->entry, "builtin:" + b->name);
+    } catch (const prop::LoadError& e) {
+        throw prop::LoadError(std::string("built-in ") + b->name + " cannot be used: " + e.what());
+    }
+}
+
+void run_request(const nlohmann::json& req, int fd) {
+    g_marker_fd = fd;
+    if (req.value("memory_limit", uint64_t{0})) std::set_new_handler(report_refused_allocation);
+    const std::string kind = req.at("kind").get<std::string>();
+    prop::Target t;
+    try {
+        t = load_in_child(req);
+    } catch (const prop::LoadError& e) {
+        if (kind == "probe") {
+            const bool misbehaved = dynamic_cast<const prop::PluginMisbehaved*>(&e) != nullptr;
+            write_all(fd, "L " + dump_json({{"error", e.what()}, {"misbehaved", misbehaved}}) + "\n");
+            return;
+        }
+        prop::CaseResult r;
+        r.id = req.at("id").get<std::string>();
+        r.property = req.at("property").get<std::string>();
+        r.seed = req.at("seed").get<uint64_t>();
+        r.verdict = Verdict::Error;
+        r.reason = std::string("the implementation could not be loaded again in the case process: ") + e.what();
+        send(fd, 'F', r);
+        return;
+    }
+    if (kind == "probe") {
+        const kvc_plugin_api* api = t.api;
+        write_all(fd, "L " + dump_json({{"name", t.name},
+                                        {"version", api->version ? api->version : "(no version)"},
+                                        {"abi_major", api->abi_major},
+                                        {"abi_minor", api->abi_minor},
+                                        {"caps", caps_hex(t.caps)}}) +
+                          "\n");
+        return;
+    }
+    const prop::Property* p = prop::find_property(req.at("property").get<std::string>());
+    if (!p) throw std::invalid_argument("unknown property in the request");
+    if (kind == "replay") {
+        prop::CaseResult r = prop::evaluate_case(t, *p, prop::case_from_json(req.at("case")));
+        r.id = req.at("id").get<std::string>();
+        r.seed = req.at("seed").get<uint64_t>();
+        send(fd, 'F', r);
+        return;
+    }
+    prop::RunSettings s;
+    s.seed = req.at("run_seed").get<uint64_t>();
+    s.cases = req.at("cases").get<int>();
+    s.max_shrink_runs = req.at("max_shrink_runs").get<int>();
+    const int index = req.at("index").get<int>();
+    const std::string unshrunk_note = req.at("unshrunk_note").get<std::string>();
+    prop::CaseResult first = prop::evaluate_case(t, *p, prop::generate_case(*p, s, index, &t.caps));
+    first.id = prop::case_id(p->id, index);
+    first.seed = prop::case_seed(s.seed, p->id, index);
+    if (first.verdict != Verdict::Fail) {
+        send(fd, 'F', first);
+        return;
+    }
+    if (!unshrunk_note.empty()) {
+        first.notes.push_back(unshrunk_note);
+        send(fd, 'F', first);
+        return;
+    }
+    send(fd, 'P', first); // survives if shrinking crashes or hangs
+    send(fd, 'F', prop::shrink_case(t, *p, s, index, std::move(first)));
+}
+
+nlohmann::json request_for(const Subject& s, const std::string& kind) {
+    nlohmann::json req = {{"kind", kind}, {"memory_limit", s.memory_limit}};
+    if (!s.plugin_file.empty()) req["plugin"] = s.plugin_file;
+    else req["builtin"] = s.builtin;
+    return req;
+}
+
+ChildRun run_isolated(const Subject& s, const nlohmann::json& req, double timeout_s) {
+    ChildLimits limits;
+    limits.timeout_s = timeout_s;
+    limits.address_space_bytes = s.memory_limit;
+    const std::string text = s.isolation == Isolation::Exec ? dump_json(req) : std::string();
+    return run_in_child(
+        [&](int fd) {
+            if (s.isolation == Isolation::Exec) exec_self(text, fd);
+            run_request(req, fd);
+        },
+        limits);
+}
+
+// How a child ended, in words, when it did not end by itself with status 0.
+std::string ending_text(const ChildRun& run, double timeout_s) {
+    std::ostringstream m;
+    switch (run.end) {
+    case ChildRun::End::Signaled: m << "died of " << signal_description(run.code); break;
+    case ChildRun::End::TimedOut: m << "gave no result within the " << timeout_s << " s timeout and was killed"; break;
+    case ChildRun::End::Flooded:
+        m << "wrote more than kvcheck reads from a case process to " << run.flooded << " and was killed";
+        break;
+    case ChildRun::End::Exited:
+        if (run.code == kExecFailed) m << "could not execute kvcheck again (exec isolation)";
+        else if (run.code == kBodyThrew) m << "ended on an exception that escaped into the harness";
+        else m << "ended the process (exit status " << run.code << ")";
+        break;
+    }
+    return m.str();
+}
+
+// Runs the probe: loads the implementation in a child and returns what the parent needs. Throws BadInput (it cannot
+// be loaded: exit 2) or PluginFailed (it misbehaved while being loaded: exit 4).
+Subject probe(Subject s, const IsolationOptions& o) {
+    const std::optional<uint64_t> limit = parse_memory_limit(o.memory_limit);
+    // Before the probe the memory space is unknown: the probe uses only what was asked for explicitly.
+    s.isolation = o.isolation == "exec" ? Isolation::Exec : Isolation::Fork;
+    s.memory_limit = limit.value_or(0);
+    const ChildRun run = run_isolated(s, request_for(s, "probe"), o.timeout);
+    const std::string& origin = s.target.origin;
+    std::optional<nlohmann::json> answer;
+    bool stray = false;
+    std::istringstream lines(run.result);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("L ", 0) == 0 && !answer) answer = nlohmann::json::parse(line.substr(2), nullptr, false);
+        else if (line != "M") stray = true;
+    }
+    if (run.end == ChildRun::End::Exited && run.code == kExecFailed)
+        throw std::runtime_error("could not execute kvcheck again for exec isolation (/proc/self/exe)");
+    std::string problem;
+    if (run.end != ChildRun::End::Exited || run.code != 0)
+        problem = "the loading process " + ending_text(run, o.timeout);
+    else if (stray || (answer && (answer->is_discarded() || !answer->is_object())))
+        problem = "something other than kvcheck wrote to the loading process's result descriptor";
+    else if (!answer) problem = "the implementation ended the loading process (exit status 0) before it had loaded";
+    if (problem.empty() && answer->contains("error")) {
+        std::string error = printable(answer->at("error").get<std::string>());
+        if (!answer->value("misbehaved", false)) throw BadInput(error);
+        if (error.rfind(origin + ": ", 0) == 0) error.erase(0, origin.size() + 2);
+        problem = error;
+    }
+    kvc_caps caps{};
+    if (problem.empty()) {
+        try {
+            if (!caps_from_hex(answer->at("caps").get<std::string>(), caps))
+                problem = "malformed answer from the probe";
+            s.target.name = printable(answer->at("name").get<std::string>());
+            s.version = printable(answer->at("version").get<std::string>());
+            s.abi_major = answer->at("abi_major").get<uint32_t>();
+            s.abi_minor = answer->at("abi_minor").get<uint32_t>();
+        } catch (const nlohmann::json::exception& e) {
+            problem = std::string("malformed answer from the probe (") + e.what() + ")";
+        }
+    }
+    if (!problem.empty()) {
+        std::string text = origin + ": the implementation failed while being loaded (in its constructors, the entry "
+                                    "function or get_caps): " + problem;
+        if (!run.output.empty()) {
+            std::string tail = run.output.size() > 400 ? run.output.substr(run.output.size() - 400) : run.output;
+            text += "; it wrote: " + printable(tail);
+        }
+        throw PluginFailed(text);
+    }
+    s.target.caps = caps;
+    const bool device = caps.memory_space == KVC_MEMORY_DEVICE;
+    s.isolation = o.isolation == "fork" ? Isolation::Fork
+                  : o.isolation == "exec" || device ? Isolation::Exec
+                                                    : Isolation::Fork;
+    // RLIMIT_AS counts address space, not memory: a device runtime reserves terabytes of it. No default limit there.
+    s.memory_limit = limit ? *limit : device ? 0 : kDefaultMemoryLimit;
+    s.memory_limit_asked = limit.has_value();
+    return s;
+}
+
+Subject load_builtin(const Builtin& b, const IsolationOptions& o) {
+    Subject s;
+    s.target.origin = "builtin:" + b.name;
+    s.builtin = b.name;
+    s.label = b.name;
+    s.target_args = "--builtin " + b.name;
+    return probe(std::move(s), o);
+}
+
+// A built-in left out because it cannot run here, and why (the CUDA error).
+struct Skipped {
+    std::string name, reason;
+};
+
+// Exactly one of plugin / builtin; builtin "all" (when allowed) is every built-in that can run here, the others go to
+// *skipped with their reason. Throws BadInput, PluginFailed, NotRunnable (a single built-in that cannot run here).
+std::vector<Subject> load_subjects(const std::string& plugin, const std::string& builtin, bool allow_all,
+                                   const IsolationOptions& o, std::vector<Skipped>* skipped = nullptr) {
     if (plugin.empty() == builtin.empty())
         throw BadInput("give exactly one of --plugin PATH or --builtin NAME (see kvcheck list for the built-ins)");
     std::vector<Subject> out;
     if (!plugin.empty()) {
         Subject s;
         // dlopen() searches the library path for a name without a slash; a file name given here means that file.
-        const std::string file = plugin.find('/') == std::string::npos ? "./" + plugin : plugin;
-        try {
-            s.target = prop::load_plugin(file);
-        } catch (const prop::LoadError& e) {
-            throw BadInput(e.what());
-        }
-        s.label = s.target.name;
+        s.plugin_file = plugin.find('/') == std::string::npos ? "./" + plugin : plugin;
+        if (!std::ifstream(s.plugin_file).good()) throw BadInput(plugin + ": cannot open the file");
+        s.target.origin = s.plugin_file;
         s.target_args = "--plugin " + shell_quote(plugin);
+        s = probe(std::move(s), o);
+        s.label = s.target.name;
         out.push_back(std::move(s));
         return out;
     }
     if (builtin == "all" && allow_all) {
-        for (const Builtin& b : builtins()) out.push_back(load_builtin(b));
-        if (out.empty()) throw BadInput("this build has no built-in implementations");
+        for (const Builtin& b : builtins()) {
+            const std::string why = unavailable_reason(b);
+            if (why.empty()) out.push_back(load_builtin(b, o));
+            else if (skipped) skipped->push_back({b.name, why});
+        }
+        if (out.empty()) throw NotRunnable("no built-in implementation can run on this machine");
         return out;
     }
     const Builtin* b = find_builtin(builtin);
@@ -118,27 +427,31 @@ std::vector<Subject> load_subjects(const std::string& plugin, const std::string&
         throw BadInput("unknown built-in \"" + builtin + "\"; this build has:" + known +
                        (allow_all ? " (or all)" : ""));
     }
-    out.push_back(load_builtin(*b));
+    const std::string why = unavailable_reason(*b);
+    if (!why.empty()) throw NotRunnable("built-in " + b->name + " cannot run on this machine: " + why);
+    out.push_back(load_builtin(*b, o));
     return out;
 }
 
 std::string subject_header(const Subject& s) {
     std::ostringstream o;
-    const kvc_plugin_api* api = s.target.api;
-    o << "implementation: " << s.target.name << " " << (api->version ? api->version : "(no version)") << " ("
-      << s.target.origin << "), ABI " << api->abi_major << "." << api->abi_minor << "\n";
+    o << "implementation: " << s.target.name << " " << s.version << " (" << printable(s.target.origin) << "), ABI "
+      << s.abi_major << "." << s.abi_minor << "\n";
     o << caps_to_text(s.target.caps, "  ");
+    o << "  isolation: " << isolation_name(s.isolation) << ", memory limit per case: "
+      << (s.memory_limit ? bytes_text(s.memory_limit) : std::string("none")) << "\n";
     return o.str();
 }
 
 nlohmann::json subject_json(const Subject& s) {
-    const kvc_plugin_api* api = s.target.api;
     return {{"name", s.target.name},
-            {"version", api->version ? api->version : ""},
+            {"version", s.version},
             {"origin", s.target.origin},
             {"label", s.label},
-            {"abi", {{"major", api->abi_major}, {"minor", api->abi_minor}}},
-            {"capabilities", caps_to_json(s.target.caps)}};
+            {"abi", {{"major", s.abi_major}, {"minor", s.abi_minor}}},
+            {"capabilities", caps_to_json(s.target.caps)},
+            {"isolation", isolation_name(s.isolation)},
+            {"memory_limit_bytes", s.memory_limit ? nlohmann::json(s.memory_limit) : nlohmann::json(nullptr)}};
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -146,24 +459,24 @@ nlohmann::json subject_json(const Subject& s) {
 
 struct CaseRun {
     prop::CaseResult result;
-    std::string output; // what the implementation printed, if anything
+    std::string output; // what the implementation printed, if anything (printable, lines kept)
 };
-
-// The child's protocol: lines "P <json>" (a provisional FAIL, before shrinking) and "F <json>" (the final result).
-// prop::to_json spells NaN and infinities as strings, so a NaN output travels like any other number.
-void send(int fd, char tag, const prop::CaseResult& r) {
-    write_all(fd, std::string(1, tag) + " " + dump_json(prop::to_json(r)) + "\n");
-}
 
 // Turns what came back from the child into a result. `fresh` describes the case itself (id, property, seed), for
 // verdicts the child could not report; `the_case` makes the case as generated, needed only when the verdict is not
 // conformant (the report and the replay file carry it), so passing cases do not pay for generating it twice.
 prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
-                           const std::function<prop::Case()>& the_case, double timeout_s) {
+                           const std::function<prop::Case()>& the_case, double timeout_s, uint64_t memory_limit,
+                           bool memory_limit_asked) {
     std::optional<prop::CaseResult> provisional, final_result;
     std::string unreadable;
+    bool allocation_refused = false;
     std::istringstream lines(run.result);
     for (std::string line; std::getline(lines, line);) {
+        if (line == "M") {
+            allocation_refused = true;
+            continue;
+        }
         if (line.size() < 2 || (line[0] != 'P' && line[0] != 'F') || line[1] != ' ') {
             unreadable = "unexpected line from the case process";
             continue;
@@ -177,89 +490,96 @@ prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
     }
 
     std::string ending; // how the child ended, in words, when it did not end normally
-    if (run.end == ChildRun::End::Signaled)
-        ending = "the case process died of " + signal_description(run.code);
-    else if (run.end == ChildRun::End::TimedOut) {
-        std::ostringstream m;
-        m << "no result within the " << timeout_s << " s timeout; the case process was killed";
-        ending = m.str();
-    } else if (run.code == kBodyThrew)
-        ending = "an exception that is not a std::exception escaped into the harness";
-    else if (run.code != 0)
+    if (run.end != ChildRun::End::Exited || run.code != 0) ending = "the case process " + ending_text(run, timeout_s);
+    if (run.end == ChildRun::End::Exited && run.code != 0 && run.code != kBodyThrew && run.code != kExecFailed)
         ending = "the implementation ended the process (exit status " + std::to_string(run.code) +
                  ") before the case finished";
 
-    if (final_result) {
-        // The JSON carries the case only for FAIL (the shrunk one); any other verdict is about the case as generated.
-        if (!conformant(final_result->verdict) && final_result->verdict != Verdict::Fail)
-            final_result->counterexample = the_case();
-        return *final_result;
-    }
-    if (provisional && !ending.empty()) { // it failed, then shrinking crashed or hung: keep the unshrunk failure
-        provisional->notes.push_back("not shrunk: while shrinking, " + ending);
-        return *provisional;
-    }
     prop::CaseResult r = fresh;
-    r.counterexample = the_case();
-    if (run.end == ChildRun::End::Signaled) {
-        r.verdict = Verdict::Crash;
-        r.reason = ending;
-    } else if (run.end == ChildRun::End::TimedOut) {
-        r.verdict = Verdict::Timeout;
-        r.reason = ending;
-    } else if (run.code != 0 && run.code != kBodyThrew) {
-        r.verdict = Verdict::Crash;
-        r.reason = ending;
+    if (final_result && run.end != ChildRun::End::Flooded) {
+        r = *final_result;
+        // The JSON carries the case only for FAIL (the shrunk one); any other verdict is about the case as generated.
+        if (!conformant(r.verdict) && r.verdict != Verdict::Fail) r.counterexample = the_case();
+    } else if (provisional && run.end != ChildRun::End::Flooded) {
+        // it failed, then shrinking crashed or hung (or ended the process): keep the unshrunk failure
+        r = *provisional;
+        r.notes.push_back("not shrunk: while shrinking, " +
+                          (ending.empty() ? std::string("the case process ended without a final result") : ending));
     } else {
-        r.verdict = Verdict::Error;
-        r.reason = !ending.empty() ? ending
-                                   : "the case process ended without a readable result" +
-                                         (unreadable.empty() ? std::string() : " (" + unreadable + ")");
+        r.counterexample = the_case();
+        if (run.end == ChildRun::End::Signaled) {
+            r.verdict = Verdict::Crash;
+            r.reason = ending;
+        } else if (run.end == ChildRun::End::TimedOut) {
+            r.verdict = Verdict::Timeout;
+            r.reason = ending;
+        } else if (run.end == ChildRun::End::Exited && run.code != kBodyThrew && run.code != kExecFailed &&
+                   unreadable.empty()) {
+            // exit() inside a case, whatever its status (0 too): the implementation ended the process
+            r.verdict = Verdict::Crash;
+            r.reason = "the implementation ended the process (exit status " + std::to_string(run.code) +
+                       ") before the case finished";
+        } else {
+            r.verdict = Verdict::Error;
+            r.reason = !ending.empty() ? ending
+                                       : "the case process ended without a readable result" +
+                                             (unreadable.empty() ? std::string() : " (" + unreadable + ")");
+        }
     }
+    // The memory limit: a refused allocation seen by the harness, or a refusal the implementation reported, is an
+    // ERROR naming the limit, not the implementation's fault as such.
+    if (memory_limit && !conformant(r.verdict)) {
+        const bool oom = allocation_refused || r.reason.find("OUT_OF_MEMORY") != std::string::npos ||
+                         r.reason.find("bad_alloc") != std::string::npos;
+        if (oom) {
+            r.reason = "the case exceeded its memory limit of " + bytes_text(memory_limit) +
+                       " (address space; --memory-limit): " + r.reason;
+            r.verdict = Verdict::Error;
+        } else if (r.verdict == Verdict::Crash && memory_limit_asked) {
+            r.notes.push_back("a memory limit of " + bytes_text(memory_limit) +
+                              " was in force (--memory-limit); an allocation it refused may be the cause");
+        }
+    }
+    r.reason = printable(r.reason, true);
     return r;
 }
 
 // `unshrunk_note` empty: a FAIL is shrunk; otherwise it is reported as generated, with that note (why not).
-CaseRun run_case_isolated(const prop::Target& t, const prop::Property& p, const prop::RunSettings& s, int index,
+CaseRun run_case_isolated(const Subject& subj, const prop::Property& p, const prop::RunSettings& s, int index,
                           double timeout_s, const std::string& unshrunk_note) {
-    const auto body = [&](int fd) {
-        prop::CaseResult first = prop::evaluate_case(t, p, prop::generate_case(p, s, index, &t.caps));
-        first.id = prop::case_id(p.id, index);
-        first.seed = prop::case_seed(s.seed, p.id, index);
-        if (first.verdict != Verdict::Fail) {
-            send(fd, 'F', first);
-            return;
-        }
-        if (!unshrunk_note.empty()) {
-            first.notes.push_back(unshrunk_note);
-            send(fd, 'F', first);
-            return;
-        }
-        send(fd, 'P', first); // survives if shrinking crashes or hangs
-        send(fd, 'F', prop::shrink_case(t, p, s, index, std::move(first)));
-    };
-    const ChildRun run = run_in_child(body, timeout_s);
+    nlohmann::json req = request_for(subj, "case");
+    req["property"] = p.id;
+    req["index"] = index;
+    req["run_seed"] = s.seed;
+    req["cases"] = s.cases;
+    req["max_shrink_runs"] = s.max_shrink_runs;
+    req["unshrunk_note"] = unshrunk_note;
+    req["id"] = prop::case_id(p.id, index);
+    req["seed"] = prop::case_seed(s.seed, p.id, index);
+    const ChildRun run = run_isolated(subj, req, timeout_s);
     prop::CaseResult fresh;
     fresh.id = prop::case_id(p.id, index);
     fresh.property = p.id;
     fresh.seed = prop::case_seed(s.seed, p.id, index);
-    return {interpret(run, fresh, [&] { return prop::generate_case(p, s, index, &t.caps); }, timeout_s), run.output};
+    const auto generate = [&] { return prop::generate_case(p, s, index, &subj.target.caps); };
+    return {interpret(run, fresh, generate, timeout_s, subj.memory_limit, subj.memory_limit_asked),
+            printable(run.output, true)};
 }
 
-CaseRun replay_isolated(const prop::Target& t, const prop::Property& p, const prop::Case& c, const std::string& id,
+CaseRun replay_isolated(const Subject& subj, const prop::Property& p, const prop::Case& c, const std::string& id,
                         uint64_t seed, double timeout_s) {
-    const auto body = [&](int fd) {
-        prop::CaseResult r = prop::evaluate_case(t, p, c);
-        r.id = id;
-        r.seed = seed;
-        send(fd, 'F', r);
-    };
-    const ChildRun run = run_in_child(body, timeout_s);
+    nlohmann::json req = request_for(subj, "replay");
+    req["property"] = p.id;
+    req["case"] = prop::to_json(c);
+    req["id"] = id;
+    req["seed"] = seed;
+    const ChildRun run = run_isolated(subj, req, timeout_s);
     prop::CaseResult fresh;
     fresh.id = id;
     fresh.property = p.id;
     fresh.seed = seed;
-    return {interpret(run, fresh, [&] { return c; }, timeout_s), run.output};
+    return {interpret(run, fresh, [&] { return c; }, timeout_s, subj.memory_limit, subj.memory_limit_asked),
+            printable(run.output, true)};
 }
 
 std::string indent(const std::string& text, const std::string& pad) {
@@ -285,6 +605,8 @@ struct ValidateOptions {
     int shrink_first = 3; // parsed from shrink_first_text: FAILs shrunk per property and implementation
     std::string report, junit;
     std::string counterexamples = "kvcheck-counterexamples";
+    std::string isolation = "auto", memory_limit = "auto";
+    IsolationOptions iso() const { return {isolation, memory_limit, timeout}; }
 };
 
 constexpr int kShrinkAll = 1000000000;
@@ -539,7 +861,16 @@ uint64_t parse_seed(const std::string& text) {
     throw BadInput("--seed " + text + ": expected an integer from 0 to 18446744073709551615");
 }
 
+// The isolation options as a rerun or replay command line needs them (only those not left at auto).
+std::string isolation_args(const IsolationOptions& o) {
+    std::string a;
+    if (o.isolation != "auto") a += " --isolation " + o.isolation;
+    if (o.memory_limit != "auto") a += " --memory-limit " + shell_quote(o.memory_limit);
+    return a;
+}
+
 int validate(ValidateOptions& o) {
+    check_timeout(o.timeout);
     o.seed = parse_seed(o.seed_text);
     o.shrink_first = parse_shrink_first(o.shrink_first_text);
     const Shard shard = o.shard.empty() ? Shard{} : parse_shard(o.shard);
@@ -554,8 +885,11 @@ int validate(ValidateOptions& o) {
     std::string error;
     for (const std::string* path : {&o.report, &o.junit})
         if (!path->empty() && !can_create_file(*path, error)) throw BadInput("cannot write the report " + error);
-    if (!o.report.empty() && o.report == o.junit) throw BadInput("--report and --junit name the same file");
-    const std::vector<Subject> subjects = load_subjects(o.plugin, o.builtin, true);
+    if (!o.report.empty() && !o.junit.empty() && same_file(o.report, o.junit))
+        throw BadInput("--report and --junit name the same file");
+    if (!can_create_directory(o.counterexamples, error)) throw BadInput("cannot write counterexamples: " + error);
+    std::vector<Skipped> skipped;
+    const std::vector<Subject> subjects = load_subjects(o.plugin, o.builtin, true, o.iso(), &skipped);
     const bool several = subjects.size() > 1;
 
     prop::RunSettings settings;
@@ -573,7 +907,7 @@ int validate(ValidateOptions& o) {
     if (!o.filter.empty()) std::cout << " --filter " << shell_quote(o.filter);
     if (!o.shard.empty()) std::cout << " --shard " << o.shard;
     if (o.shrink_first_text != "3") std::cout << " --shrink-first " << shell_quote(o.shrink_first_text);
-    std::cout << "\n";
+    std::cout << isolation_args(o.iso()) << "\n";
 
     nlohmann::json report = {
         {"kvcheck_report", kReportSchema},
@@ -588,8 +922,16 @@ int validate(ValidateOptions& o) {
           {"shard", {{"index", shard.index}, {"count", shard.count}}},
           {"selected_cases", cases.size()},
           {"timeout_s", o.timeout},
+          {"isolation", o.isolation},
+          {"memory_limit", o.memory_limit},
           {"shrink_first", o.shrink_first >= kShrinkAll ? nlohmann::json("all") : nlohmann::json(o.shrink_first)}}},
-        {"implementations", nlohmann::json::array()}};
+        {"implementations", nlohmann::json::array()},
+        {"skipped_implementations", nlohmann::json::array()}};
+    // Never judged, so neither PASS nor FAIL: said on the screen and in the report, and nowhere counted.
+    for (const Skipped& sk : skipped) {
+        std::cout << "skipped built-in " << sk.name << ": " << sk.reason << " (not run, not counted)\n";
+        report["skipped_implementations"].push_back({{"name", sk.name}, {"reason", sk.reason}});
+    }
 
     Progress progress(cases.size() * subjects.size());
     std::vector<Row> rows;
@@ -614,7 +956,7 @@ int validate(ValidateOptions& o) {
                 shrink ? std::string()
                        : "not shrunk: only the first " + std::to_string(o.shrink_first) + " failures of " +
                              ref.property->id + " are shrunk (--shrink-first)";
-            CaseRun run = run_case_isolated(subj.target, *ref.property, settings, ref.index, o.timeout, unshrunk_note);
+            CaseRun run = run_case_isolated(subj, *ref.property, settings, ref.index, o.timeout, unshrunk_note);
             const prop::CaseResult& r = run.result;
             if (r.verdict == Verdict::Fail) ++failures[ref.property->id];
             if (r.verdict == Verdict::Fail && !shrink) ++unshrunk_failures;
@@ -632,7 +974,7 @@ int validate(ValidateOptions& o) {
                 const std::string file = write_counterexample(o, subj, several, r, ref.index, progress);
                 std::string command;
                 if (!file.empty()) {
-                    command = "kvcheck replay " + shell_quote(file) + " " + subj.target_args;
+                    command = "kvcheck replay " + shell_quote(file) + " " + subj.target_args + isolation_args(o.iso());
                     cj["replay_file"] = file;
                     cj["replay_command"] = command;
                 }
@@ -708,6 +1050,8 @@ int validate(ValidateOptions& o) {
 struct ReplayOptions {
     std::string file, plugin, builtin;
     double timeout = 30;
+    std::string isolation = "auto", memory_limit = "auto";
+    IsolationOptions iso() const { return {isolation, memory_limit, timeout}; }
 };
 
 struct ReplayDocument {
@@ -719,15 +1063,11 @@ struct ReplayDocument {
 };
 
 ReplayDocument read_replay(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw BadInput(path + ": cannot open the replay file");
-    std::ostringstream text;
-    text << in.rdbuf();
-    nlohmann::json j;
+    nlohmann::json j; // bounded, regular files only, strict (input_file.hpp): /dev/zero, 1e400, duplicate keys
     try {
-        j = nlohmann::json::parse(text.str());
-    } catch (const nlohmann::json::parse_error& e) {
-        throw BadInput(path + ": not JSON (" + e.what() + ")");
+        j = read_json_file(path);
+    } catch (const InputError& e) {
+        throw BadInput(e.what());
     }
     if (!j.is_object() || !j.contains("kvcheck_replay"))
         throw BadInput(path + ": not a kvcheck replay document (no \"kvcheck_replay\" field)");
@@ -756,8 +1096,9 @@ ReplayDocument read_replay(const std::string& path) {
 }
 
 int replay(const ReplayOptions& o) {
+    check_timeout(o.timeout);
     const ReplayDocument d = read_replay(o.file);
-    const std::vector<Subject> subjects = load_subjects(o.plugin, o.builtin, false);
+    const std::vector<Subject> subjects = load_subjects(o.plugin, o.builtin, false, o.iso());
     const Subject& subj = subjects[0];
     std::cout << "kvcheck " KVCHECK_VERSION " replay " << o.file << "\n" << subject_header(subj);
     std::cout << "case " << d.id << " of property " << d.property->id << " (case seed " << d.seed << ")\n";
@@ -765,7 +1106,7 @@ int replay(const ReplayOptions& o) {
     if (d.recorded_mismatch)
         std::cout << "recorded first mismatch: " << prop::mismatch_text(*d.recorded_mismatch) << "\n";
     std::cout << indent(prop::describe(d.c), "  ");
-    const CaseRun run = replay_isolated(subj.target, *d.property, d.c, d.id, d.seed, o.timeout);
+    const CaseRun run = replay_isolated(subj, *d.property, d.c, d.id, d.seed, o.timeout);
     const prop::CaseResult& r = run.result;
     std::cout << "verdict: " << prop::verdict_name(r.verdict) << "\n";
     if (!r.reason.empty()) std::cout << "reason: " << r.reason << "\n";
@@ -784,10 +1125,57 @@ int guarded(const char* name, const std::function<int()>& body) {
         std::cout.flush();
         std::cerr << "kvcheck " << name << ": " << e.what() << "\n";
         return kExitBadInput;
+    } catch (const PluginFailed& e) {
+        std::cout.flush();
+        std::cerr << "kvcheck " << name << ": " << e.what() << "\n";
+        return kExitPluginFailed;
+    } catch (const NotRunnable& e) {
+        std::cout.flush();
+        std::cerr << "kvcheck " << name << ": " << e.what() << " (skipped: nothing was judged)\n";
+        return kExitNotRunnable;
     }
 }
 
+void add_isolation_options(CLI::App* cmd, std::string& isolation, std::string& memory_limit) {
+    cmd->add_option("--isolation", isolation,
+                    "how each case's process starts: fork, exec (kvcheck executes itself again; needed by device "
+                    "contexts), or auto (exec for memory_space DEVICE, fork otherwise)")
+        ->check(CLI::IsMember({"auto", "fork", "exec"}))
+        ->capture_default_str();
+    cmd->add_option("--memory-limit", memory_limit,
+                    "address space per case process (RLIMIT_AS), e.g. 4G or 512M; none; auto: 8G, none for "
+                    "memory_space DEVICE")
+        ->capture_default_str();
+}
+
 } // namespace
+
+// The re-executed kvcheck of exec isolation: the request on kRequestFd, the answer on kResultFd, as in a fork()ed
+// child. Not a subcommand: main() calls it before parsing any option.
+void exec_child_main() {
+    std::string text;
+    char chunk[65536];
+    for (;;) {
+        const ssize_t n = ::read(kRequestFd, chunk, sizeof chunk);
+        if (n > 0) text.append(chunk, static_cast<std::size_t>(n));
+        else if (n == 0) break;
+        else if (errno != EINTR) break;
+    }
+    ::close(kRequestFd);
+    const nlohmann::json req = nlohmann::json::parse(text, nullptr, false);
+    if (req.is_discarded() || !req.is_object()) {
+        std::cerr << "kvcheck: " << kExecChildCommand << " is kvcheck's own: it runs what kvcheck validate sends it\n";
+        _exit(kExitBadInput);
+    }
+    std::setvbuf(stdout, nullptr, _IONBF, 0);
+    int status = 0;
+    try {
+        run_request(req, kResultFd);
+    } catch (...) {
+        status = kBodyThrew;
+    }
+    _exit(status); // as a fork()ed child ends: no atexit handlers, no destructors of the implementation's statics
+}
 
 void add_validate_commands(CLI::App& app, int& exit_code) {
     static ValidateOptions v; // CLI11 keeps references: the options must outlive parse()
@@ -819,6 +1207,7 @@ void add_validate_commands(CLI::App& app, int& exit_code) {
     validate_cmd->add_option("--counterexamples", v.counterexamples,
                              "directory for the replay files of cases that did not pass")
         ->capture_default_str();
+    add_isolation_options(validate_cmd, v.isolation, v.memory_limit);
     validate_cmd->callback([&exit_code] { exit_code = guarded("validate", [] { return validate(v); }); });
 
     static ReplayOptions r;
@@ -831,6 +1220,7 @@ void add_validate_commands(CLI::App& app, int& exit_code) {
     replay_cmd->add_option("--timeout", r.timeout, "seconds before TIMEOUT")
         ->check(CLI::Range(0.001, 1e6))
         ->capture_default_str();
+    add_isolation_options(replay_cmd, r.isolation, r.memory_limit);
     replay_cmd->callback([&exit_code] { exit_code = guarded("replay", [] { return replay(r); }); });
 }
 

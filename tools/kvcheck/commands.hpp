@@ -12,6 +12,8 @@ enum ExitCode : int {
     kExitNotConformant = 1, // a property failed, a golden number mismatched
     kExitBadInput = 2,     // usage error, unreadable or malformed input, unloadable plugin
     kExitInternal = 3,     // the harness itself failed
+    kExitPluginFailed = 4, // the plugin misbehaved while being loaded (crashed, exited, hung, wrote past kvc_caps)
+    kExitNotRunnable = 5,  // the named built-in cannot run on this machine (no CUDA device): nothing was judged
 };
 
 void add_golden_commands(CLI::App& app, int& exit_code);   // golden verify | golden regen

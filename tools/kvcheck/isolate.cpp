@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -11,6 +12,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -42,13 +44,45 @@ struct Pipe {
     }
 };
 
-[[noreturn]] void child_main(const std::function<void(int)>& body, Pipe& result, Pipe& output, pid_t parent) {
+// The process group of the child now running, for the signal handler: Ctrl-C or a CI job's SIGTERM kills it whole.
+volatile std::sig_atomic_t g_running_group = 0;
+
+void kill_group_and_die(int sig) {
+    const pid_t group = static_cast<pid_t>(g_running_group);
+    if (group > 0) kill(-group, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void install_group_killer() {
+    static bool installed = false;
+    if (installed) return;
+    installed = true;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+        struct sigaction old {};
+        if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue; // ignored stays ignored
+        struct sigaction sa {};
+        sa.sa_handler = kill_group_and_die;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sig, &sa, nullptr);
+    }
+}
+
+[[noreturn]] void child_main(const std::function<void(int)>& body, Pipe& result, Pipe& output, pid_t parent,
+                             const ChildLimits& limits) {
+    // A group of its own: whatever the implementation forks is in it, and the parent kills the group when done.
+    setpgid(0, 0);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL); // not the parent's handler
     // Die with the harness (Ctrl-C, a CI job killed): a hung implementation must not outlive it.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(kBodyThrew); // the parent is already gone
     // A crashing implementation is a verdict, not a core file in the user's directory.
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
+    if (limits.address_space_bytes) {
+        struct rlimit as = {limits.address_space_bytes, limits.address_space_bytes};
+        setrlimit(RLIMIT_AS, &as);
+    }
     result.close_end(0);
     output.close_end(0);
     // Whatever the implementation prints is kept for the report instead of mixing into the harness's output.
@@ -65,12 +99,15 @@ struct Pipe {
     _exit(status); // no atexit handlers, no stdio flush: the parent's buffers are not ours to write
 }
 
-// Reads what is available on fd into buf; false at end of file or on an error other than EINTR/EAGAIN.
-bool drain(int fd, std::string& buf, std::size_t keep_last) {
+// Reads what is available on fd into buf, counting the bytes in `total`; false at end of file, on an error other
+// than EINTR/EAGAIN, or once `total` passes `bound` (the caller then kills the child).
+bool drain(int fd, std::string& buf, std::size_t keep_last, std::size_t& total, std::size_t bound) {
     char chunk[8192];
     for (;;) {
+        if (total > bound) return false;
         const ssize_t n = ::read(fd, chunk, sizeof chunk);
         if (n > 0) {
+            total += static_cast<std::size_t>(n);
             buf.append(chunk, static_cast<std::size_t>(n));
             if (keep_last && buf.size() > 2 * keep_last) buf.erase(0, buf.size() - keep_last);
             if (static_cast<std::size_t>(n) < sizeof chunk) return true; // probably nothing more right now
@@ -110,17 +147,20 @@ std::string signal_description(int sig) {
     return s;
 }
 
-ChildRun run_in_child(const std::function<void(int)>& body, double timeout_s) {
+ChildRun run_in_child(const std::function<void(int)>& body, const ChildLimits& limits) {
+    install_group_killer();
     Pipe result, output;
     std::cout.flush();
     std::cerr.flush();
     std::fflush(nullptr); // nothing buffered may be duplicated into the child
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(timeout_s));
+                                             std::chrono::duration<double>(limits.timeout_s));
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
-    if (pid == 0) child_main(body, result, output, parent);
+    if (pid == 0) child_main(body, result, output, parent, limits);
+    setpgid(pid, pid); // also here, so that the group exists before the parent may need to kill it (no race)
+    g_running_group = pid;
 
     result.close_end(1);
     output.close_end(1);
@@ -128,11 +168,22 @@ ChildRun run_in_child(const std::function<void(int)>& body, double timeout_s) {
     fcntl(output.fd[0], F_SETFL, O_NONBLOCK);
 
     ChildRun run;
-    bool result_open = true, output_open = true, timed_out = false, reaped = false;
-    int status = 0;
+    bool result_open = true, output_open = true, timed_out = false, ended = false;
+    std::size_t result_total = 0, output_total = 0;
+    const auto flooded = [&] {
+        if (result_total > limits.max_result_bytes) run.flooded = "its result descriptor";
+        else if (output_total > limits.max_output_bytes) run.flooded = "its stdout and stderr";
+        return !run.flooded.empty();
+    };
+    // Has the child ended? Asked without reaping it (WNOWAIT): while it is a zombie its pid, and so its process
+    // group id, cannot be reused, so killing the group afterwards cannot hit an unrelated process.
+    const auto child_ended = [&] {
+        siginfo_t info{};
+        return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
+    };
     // Both pipes close when the child ends. A grandchild the implementation forked may hold them open longer, so a
     // quiet pipe also checks whether the child itself is gone.
-    while (result_open || output_open) {
+    while ((result_open || output_open) && !flooded()) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         if (left <= 0) {
             timed_out = true;
@@ -148,53 +199,91 @@ ChildRun run_in_child(const std::function<void(int)>& body, double timeout_s) {
             throw std::system_error(errno, std::generic_category(), "poll");
         }
         if (ready == 0) {
-            if (waitpid(pid, &status, WNOHANG) == pid) {
-                reaped = true;
-                drain(result.fd[0], run.result, 0);
-                drain(output.fd[0], run.output, kOutputKept);
+            if (child_ended()) {
+                ended = true;
+                drain(result.fd[0], run.result, 0, result_total, limits.max_result_bytes);
+                drain(output.fd[0], run.output, kOutputKept, output_total, limits.max_output_bytes);
                 break;
             }
             continue;
         }
         for (nfds_t i = 0; i < n; ++i) {
             if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            if (fds[i].fd == result.fd[0]) result_open = drain(result.fd[0], run.result, 0);
-            else output_open = drain(output.fd[0], run.output, kOutputKept);
+            if (fds[i].fd == result.fd[0])
+                result_open = drain(result.fd[0], run.result, 0, result_total, limits.max_result_bytes);
+            else output_open = drain(output.fd[0], run.output, kOutputKept, output_total, limits.max_output_bytes);
         }
     }
+    const bool killed = timed_out || flooded();
 
-    // Reap: the pipes are closed, so the child is ending; wait for it, still within the deadline.
+    // The pipes are closed, so the child is ending: wait for it (unreaped), still within the deadline.
     std::chrono::microseconds nap(20);
-    while (!reaped) {
-        const pid_t w = timed_out ? 0 : waitpid(pid, &status, WNOHANG);
-        if (w == pid) {
-            reaped = true;
+    while (!killed && !ended) {
+        if (child_ended()) {
+            ended = true;
             break;
         }
-        if (w < 0 && errno != EINTR) throw std::system_error(errno, std::generic_category(), "waitpid");
-        if (timed_out || Clock::now() >= deadline) {
-            kill(pid, SIGKILL);
-            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-            }
-            run.end = ChildRun::End::TimedOut;
-            run.code = 0;
-            drain(output.fd[0], run.output, kOutputKept);
+        if (Clock::now() >= deadline) {
+            timed_out = true;
             break;
         }
         std::this_thread::sleep_for(nap);
         nap = std::min(nap * 2, std::chrono::microseconds(5000));
     }
-    if (run.end != ChildRun::End::TimedOut) {
-        if (WIFSIGNALED(status)) {
-            run.end = ChildRun::End::Signaled;
-            run.code = WTERMSIG(status);
-        } else {
-            run.end = ChildRun::End::Exited;
-            run.code = WEXITSTATUS(status);
-        }
+    // Whatever is left of the group (the child itself on a timeout or a flood, and anything the implementation
+    // forked) dies now; then the child is reaped.
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL); // in case it left its group (setpgid of its own): it is still ours to end
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    g_running_group = 0;
+    if (timed_out || !run.flooded.empty()) {
+        run.end = timed_out ? ChildRun::End::TimedOut : ChildRun::End::Flooded;
+        run.code = 0;
+        if (timed_out) drain(output.fd[0], run.output, kOutputKept, output_total, ~std::size_t{0} / 2);
+    } else if (WIFSIGNALED(status)) {
+        run.end = ChildRun::End::Signaled;
+        run.code = WTERMSIG(status);
+    } else {
+        run.end = ChildRun::End::Exited;
+        run.code = WEXITSTATUS(status);
     }
     if (run.output.size() > kOutputKept) run.output.erase(0, run.output.size() - kOutputKept);
+    if (run.result.size() > limits.max_result_bytes) run.result.resize(limits.max_result_bytes);
     return run;
+}
+
+void exec_self(const std::string& request, int result_fd) {
+    // The request travels in an anonymous memory file: a pipe would block on a request larger than its buffer,
+    // with nobody reading yet.
+    const int memfd = memfd_create("kvcheck-request", MFD_CLOEXEC);
+    if (memfd < 0 || !write_all(memfd, request) || lseek(memfd, 0, SEEK_SET) != 0) _exit(kExecFailed);
+    // Move both out of the way first, so that the dup2() calls below cannot overwrite one with the other.
+    const int req = fcntl(memfd, F_DUPFD_CLOEXEC, 10), res = fcntl(result_fd, F_DUPFD_CLOEXEC, 10);
+    if (req < 0 || res < 0 || dup2(req, kRequestFd) < 0 || dup2(res, kResultFd) < 0) _exit(kExecFailed);
+    char name[] = "kvcheck";
+    std::string command = kExecChildCommand;
+    char* argv[] = {name, command.data(), nullptr};
+    execv("/proc/self/exe", argv); // the descriptors made by dup2() are not close-on-exec; the others are
+    _exit(kExecFailed);
+}
+
+std::string printable(const std::string& s, bool keep_lines) {
+    std::string out;
+    out.reserve(s.size());
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if ((c < 0x20 || c == 0x7f) && !(keep_lines && (c == '\n' || c == '\t'))) {
+            static const char hex[] = "0123456789abcdef";
+            out += "\\x";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else {
+            out += ch;
+        }
+    }
+    return out;
 }
 
 } // namespace kvc::cli

@@ -1,6 +1,12 @@
 #include "report.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <climits>
+#include <csignal>
+#include <cstdlib>
 
 #include <cerrno>
 #include <cstdio>
@@ -173,36 +179,114 @@ std::string junit_from_report(const nlohmann::json& report) {
     return x.str();
 }
 
-bool write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files, std::string& error) {
-    // phase 1: every temporary file, complete; on any failure remove them all and touch no destination
-    std::vector<std::string> written;
-    const auto discard = [&] {
-        for (const std::string& t : written) std::remove(t.c_str());
-    };
-    for (const auto& [path, content] : files) {
-        const std::string tmp = path + ".tmp";
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) {
-            error = "cannot create " + tmp + ": " + std::strerror(errno);
-            discard();
-            return false;
-        }
-        written.push_back(tmp);
-        f.write(content.data(), static_cast<std::streamsize>(content.size()));
-        f.close();
-        if (!f) {
-            error = "cannot write " + tmp;
-            discard();
-            return false;
-        }
+namespace {
+
+std::string sys_error(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// The temporary of a destination: hidden, beside it (a rename within one directory is atomic), named after it so
+// the next write of the same destination removes what a killed run left.
+std::string temp_for(const std::string& path) {
+    const std::filesystem::path p(path);
+    return (p.parent_path() / ("." + p.filename().string() + ".kvcheck-tmp")).string();
+}
+
+std::string dir_of(const std::string& path) {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    return parent.empty() ? "." : parent.string();
+}
+
+// Test hook (tests/cli/test_hostile_files.cpp): KVCHECK_TEST_REPORT_KILL_AT=N makes the process SIGKILL itself at
+// step N (0, 1, ...) of write_files_atomically, to prove that a kill at any step leaves no half-written file and no
+// old/new mixture.
+void maybe_killed_at(int& step) {
+    const char* at = std::getenv("KVCHECK_TEST_REPORT_KILL_AT");
+    if (at && std::atoi(at) == step) std::raise(SIGKILL);
+    ++step;
+}
+
+// Writes a complete temporary and flushes it to disk; "" or the error.
+std::string write_temp(const std::string& tmp, const std::string& content) {
+    ::unlink(tmp.c_str()); // a leftover of a killed run of ours; O_EXCL refuses anything that appears meanwhile
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) return sys_error("cannot create " + tmp);
+    std::size_t done = 0;
+    std::string err;
+    while (done < content.size() && err.empty()) {
+        const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) err = sys_error("cannot write " + tmp);
+        else done += static_cast<std::size_t>(n);
     }
-    // phase 2: renames (within one directory each, so each is atomic)
-    for (size_t i = 0; i < files.size(); ++i)
-        if (std::rename(written[i].c_str(), files[i].first.c_str()) != 0) {
-            error = "cannot rename " + written[i] + " to " + files[i].first + ": " + std::strerror(errno);
-            for (size_t j = i; j < written.size(); ++j) std::remove(written[j].c_str());
+    if (err.empty() && ::fsync(fd) != 0) err = sys_error("cannot flush " + tmp);
+    if (::close(fd) != 0 && err.empty()) err = sys_error("cannot write " + tmp);
+    if (!err.empty()) ::unlink(tmp.c_str());
+    return err;
+}
+
+void fsync_dir(const std::string& dir) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::fsync(fd); // best effort: the renames themselves are already atomic
+    ::close(fd);
+}
+
+// "" when path is absent or a regular file (not a symbolic link); what it is otherwise.
+std::string not_replaceable(const std::string& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? "" : sys_error(path);
+    if (S_ISLNK(st.st_mode)) return path + ": is a symbolic link; kvcheck replaces only regular files";
+    if (S_ISDIR(st.st_mode)) return path + ": is a directory";
+    if (!S_ISREG(st.st_mode))
+        return path + ": exists and is not a regular file (a FIFO, socket or device); kvcheck replaces only "
+                      "regular files";
+    return "";
+}
+
+} // namespace
+
+bool write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files, std::string& error) {
+    int step = 0;
+    std::vector<std::string> temps;
+    const auto discard = [&] {
+        for (const std::string& t : temps) ::unlink(t.c_str());
+    };
+    for (const auto& f : files)
+        if (std::string why = not_replaceable(f.first); !why.empty()) {
+            error = why;
             return false;
         }
+    // phase 1: every temporary, complete and on disk; on any failure remove them all and touch no destination
+    for (const auto& [path, content] : files) {
+        maybe_killed_at(step);
+        const std::string tmp = temp_for(path);
+        if (std::string err = write_temp(tmp, content); !err.empty()) {
+            error = err;
+            discard();
+            return false;
+        }
+        temps.push_back(tmp);
+    }
+    maybe_killed_at(step);
+    // phase 2: the first file is the commit mark. With several files it is removed first and renamed last, so
+    // whenever it exists the others beside it are of the same run: a kill in between leaves the pair without its
+    // first file (never a new JSON beside an old XML). A reader trusts the others only when the first is there.
+    if (files.size() > 1 && ::unlink(files[0].first.c_str()) != 0 && errno != ENOENT) {
+        error = sys_error("cannot replace " + files[0].first);
+        discard();
+        return false;
+    }
+    for (std::size_t k = 1; k <= files.size(); ++k) {
+        const std::size_t i = k % files.size(); // 1, 2, ..., then 0 last
+        maybe_killed_at(step);
+        if (::rename(temps[i].c_str(), files[i].first.c_str()) != 0) {
+            error = sys_error("cannot rename " + temps[i] + " to " + files[i].first);
+            discard();
+            return false;
+        }
+        temps[i].clear(); // renamed: nothing to discard
+    }
+    maybe_killed_at(step);
+    for (const auto& f : files) fsync_dir(dir_of(f.first));
     return true;
 }
 
@@ -214,21 +298,71 @@ bool can_create_file(const std::string& path, std::string& error) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const fs::path p(path);
-    if (p.filename().empty()) {
+    if (p.filename().empty() || p.filename() == "." || p.filename() == "..") {
         error = path + ": names a directory, not a file";
         return false;
     }
-    if (fs::is_directory(p, ec)) {
-        error = path + ": is a directory";
+    if (std::string why = not_replaceable(path); !why.empty()) { // a FIFO, device or symlink is never replaced
+        error = why;
         return false;
     }
-    const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+    const fs::path dir = dir_of(path);
     if (!fs::is_directory(dir, ec)) {
         error = path + ": directory " + dir.string() + " does not exist";
         return false;
     }
-    if (access(dir.c_str(), W_OK) != 0) {
+    if (access(dir.c_str(), W_OK | X_OK) != 0) {
         error = path + ": directory " + dir.string() + " is not writable";
+        return false;
+    }
+    return true;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+    // identity, not spelling: ./a.json, a.json and dir/../a.json are one file; so are two hard links
+    struct stat sa {}, sb {};
+    if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    const auto name = [](const std::string& path) {
+        char buf[PATH_MAX];
+        const std::filesystem::path p(path);
+        const std::string dir = dir_of(path);
+        const std::string parent = ::realpath(dir.c_str(), buf) ? std::string(buf) : dir;
+        return parent + "/" + p.filename().string();
+    };
+    return name(a) == name(b);
+}
+
+bool check_output_files(const std::vector<std::pair<std::string, std::string>>& outputs, std::string& error) {
+    for (const auto& [option, path] : outputs)
+        if (!path.empty() && !can_create_file(path, error)) {
+            error = option + " " + error;
+            return false;
+        }
+    for (std::size_t i = 0; i < outputs.size(); ++i)
+        for (std::size_t j = i + 1; j < outputs.size(); ++j)
+            if (!outputs[i].second.empty() && !outputs[j].second.empty() &&
+                same_file(outputs[i].second, outputs[j].second)) {
+                error = outputs[i].first + " " + outputs[i].second + " and " + outputs[j].first + " " +
+                        outputs[j].second + " are the same file";
+                return false;
+            }
+    return true;
+}
+
+bool can_create_directory(const std::string& path, std::string& error) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path p = path.empty() ? fs::path(".") : fs::path(path);
+    // the directory itself when it exists, else its nearest existing ancestor (create_directories makes the rest)
+    while (!fs::exists(fs::symlink_status(p, ec)) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+    if (!fs::exists(fs::symlink_status(p, ec))) p = ".";
+    if (!fs::is_directory(p, ec)) {
+        error = path + ": " + p.string() + " exists and is not a directory";
+        return false;
+    }
+    if (access(p.c_str(), W_OK | X_OK) != 0) {
+        error = path + ": " + p.string() + " is not writable";
         return false;
     }
     return true;

@@ -26,16 +26,34 @@ std::string xml_escape(const std::string& s, bool attribute);
 // <skipped message="..."/>, QUALITY_WARNING -> a passing case with <system-out>.
 std::string junit_from_report(const nlohmann::json& report);
 
-// Writes content to path through path + ".tmp" and rename(), so that path is either the complete new content or
-// untouched. On failure returns false with a message in `error` and leaves no temporary file behind.
+// Writes content to path through a temporary beside it (".NAME.kvcheck-tmp", created O_EXCL|O_NOFOLLOW,
+// fsynced) and rename(), so that path is either the complete new content or untouched. A destination that exists
+// and is not a regular file (symbolic link, FIFO, device, directory) is refused. On failure returns false with a
+// message in `error` and leaves no temporary behind; a temporary left by a killed run is removed by the next write
+// of the same destination.
 bool write_file_atomically(const std::string& path, const std::string& content, std::string& error);
 
-// Several files (a report and its JUnit form): all temporaries are written first, then renamed, so a failure while
-// writing leaves every destination untouched.
+// Several files (a report and its JUnit form): all temporaries are written and flushed first, so a failure while
+// writing leaves every destination untouched. Then the first file is the commit mark: it is removed, the others are
+// renamed into place, and it is renamed last. Whenever the first file exists, the others are of the same write; a
+// kill inside that window of a few system calls leaves the first file absent (docs/cli.md).
 bool write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files, std::string& error);
 
-// True when a file can be created at path (its directory exists and is writable); otherwise `error` says why.
-// Checked before a run starts, so a typo in --report does not cost a whole run.
+// True when a file can be written at path: its directory exists and is writable, and the path is absent or a
+// regular file (never a symbolic link, FIFO, device or directory). Otherwise `error` says why. Checked before a run
+// starts, so a typo in --report does not cost a whole run.
 bool can_create_file(const std::string& path, std::string& error);
+
+// Whether two paths name one file: same device and inode when both exist, else the same real parent directory
+// and name (so "a.json" and "./a.json" are one file).
+bool same_file(const std::string& a, const std::string& b);
+
+// Every (option, path) with a non-empty path passes can_create_file, and no two name the same file. `error` names
+// the options.
+bool check_output_files(const std::vector<std::pair<std::string, std::string>>& outputs, std::string& error);
+
+// True when a directory can be written at path: it exists and is a writable directory, or it does not exist and
+// its nearest existing ancestor is one (for --counterexamples, checked before a run starts).
+bool can_create_directory(const std::string& path, std::string& error);
 
 } // namespace kvc::cli

@@ -1,5 +1,6 @@
 #include "safetensors.hpp"
 
+#include "input_file.hpp"
 #include "report.hpp"
 
 #include <nlohmann/json.hpp>
@@ -113,9 +114,10 @@ File parse(const uint8_t* bytes, std::size_t n, const std::string& file) {
 
     nlohmann::json header;
     try {
-        header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw FormatError(file, std::string("header is not valid JSON: ") + e.what());
+        // strict: a tensor named twice is refused; a number like 1e400 is an error, not an escaping exception
+        header = cli::parse_json_strict(std::string(reinterpret_cast<const char*>(bytes) + 8, header_len));
+    } catch (const cli::InputError& e) {
+        throw FormatError(file, std::string("header: ") + e.what());
     }
     if (!header.is_object()) throw FormatError(file, "the header is not a JSON object");
 
@@ -195,11 +197,15 @@ File parse(const uint8_t* bytes, std::size_t n, const std::string& file) {
 }
 
 File read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw FormatError(path, "cannot be opened (missing or unreadable)");
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) throw FormatError(path, "read error");
-    return parse(bytes.data(), bytes.size(), path);
+    // A regular file only (/dev/zero or a FIFO would be read forever), bounded; within it, the header's declared
+    // sizes must tile the data exactly (parse), so nothing beyond the file's own size is ever allocated.
+    std::string bytes;
+    try {
+        bytes = cli::read_bounded(path, cli::kMaxTensorFileBytes);
+    } catch (const cli::InputError& e) {
+        throw FormatError(path, e.what());
+    }
+    return parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
 }
 
 std::vector<uint8_t> serialize(const File& f) {

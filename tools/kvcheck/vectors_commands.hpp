@@ -9,6 +9,9 @@
 
 namespace kvc::vec {
 
+// The most cases per property `export` writes (each case is three files; up to 200 indices are drawn per case).
+constexpr int kMaxExportCases = 100000;
+
 struct ExportOptions {
     std::string out;                 // directory to write
     int cases = 10;                  // per property

@@ -5,6 +5,7 @@
 #include "vectors_commands.hpp"
 
 #include "commands.hpp"
+#include "input_file.hpp"
 #include "report.hpp"
 #include "safetensors.hpp"
 #include "vectors_caps.hpp"
@@ -23,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -53,19 +55,26 @@ struct CaseFail {
     int step = -1;
 };
 
+// Bounded, regular files only, duplicate keys refused, any parser exception (1e400) a BadInput naming the file.
 json read_json(const fs::path& p) {
-    std::ifstream in(p);
-    if (!in) throw BadInput(p.string() + ": cannot be opened (missing or unreadable)");
     try {
-        return json::parse(in);
-    } catch (const json::parse_error& e) {
-        throw BadInput(p.string() + ": not valid JSON (" + e.what() + ")");
+        return cli::read_json_file(p.string());
+    } catch (const cli::InputError& e) {
+        throw BadInput(e.what());
     }
 }
 
 template <typename T>
 T field(const json& j, const char* key, const std::string& where) {
     if (!j.is_object() || !j.contains(key)) throw BadInput(where + ": missing field \"" + key + "\"");
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) { // checked before narrowing: 2^32+1 is not 1
+        const std::optional<T> v = cli::integer_of<T>(j.at(key));
+        if (!v)
+            throw BadInput(where + ": field \"" + key + "\" is " + j.at(key).dump() + ", not an integer from " +
+                           std::to_string(std::numeric_limits<T>::min()) + " to " +
+                           std::to_string(std::numeric_limits<T>::max()));
+        return *v;
+    }
     try {
         return j.at(key).get<T>();
     } catch (const json::exception&) {
@@ -110,12 +119,13 @@ struct Vectors {
 
 // The inputs file must hold exactly what the case's data seed gives: the numbers the implementation computed with
 // are the numbers the harness grades against.
-void check_inputs(const fs::path& file, const VCase& vc) {
+// `real` is the file opened (confined_path's result), `file` the path as the manifest names it, for messages.
+void check_inputs(const std::string& real, const fs::path& file, const VCase& vc) {
     st::File f;
     try {
-        f = st::read_file(file.string());
+        f = st::read_file(real);
     } catch (const st::FormatError& e) {
-        throw BadInput(e.what());
+        throw BadInput(file.string() + ": " + e.problem());
     }
     const prop::CaseConfig& cfg = vc.c.cfg;
     for (size_t i = 0; i < vc.steps.size(); ++i) {
@@ -201,7 +211,15 @@ Vectors load_vectors(const fs::path& dir) {
         for (size_t i = 0; i < vc.steps.size(); ++i)
             if (steps[i] != step_json(vc.steps[i], i))
                 throw BadInput(where + ": step " + std::to_string(i) + " does not match the case's script");
-        check_inputs(dir / inputs, vc);
+        // Only files inside the vectors directory are opened (no absolute path, no "..", no symbolic link leading
+        // out of it): a manifest must not make grade read /etc/shadow, nor show its bytes in an error.
+        std::string real;
+        try {
+            real = cli::confined_path(dir.string(), inputs);
+        } catch (const cli::InputError& x) {
+            throw BadInput(where + ": field \"inputs\": " + x.what());
+        }
+        check_inputs(real, dir / inputs, vc);
         v.cases.push_back(std::move(vc));
     }
     return v;
@@ -530,13 +548,26 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
         g.r.reason = (has_st ? jsp : stp).string() + " is missing";
         return g;
     }
+    // The stems are plain names, but either file may be a symbolic link: it must not lead out of the results.
+    std::string st_real, js_real;
+    try {
+        st_real = cli::confined_path(results_dir.string(), stp.filename().string());
+        js_real = cli::confined_path(results_dir.string(), jsp.filename().string());
+    } catch (const cli::InputError& x) {
+        throw BadInput(results_dir.string() + ": " + x.what());
+    }
     st::File f;
     try {
-        f = st::read_file(stp.string());
+        f = st::read_file(st_real);
     } catch (const st::FormatError& e) {
-        throw BadInput(e.what());
+        throw BadInput(stp.string() + ": " + e.problem());
     }
-    const json js = read_json(jsp);
+    json js;
+    try {
+        js = cli::parse_json_strict(cli::read_bounded(js_real, cli::kMaxJsonBytes));
+    } catch (const cli::InputError& e) {
+        throw BadInput(jsp.string() + ": " + e.what());
+    }
     if (!js.is_object()) throw BadInput(jsp.string() + ": not a JSON object");
 
     CaseGrader grader(vc, res, f, js, (results_dir / vc.stem).string());
@@ -587,6 +618,11 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
     try {
         if (!fs::is_directory(o.vectors)) throw BadInput(o.vectors + ": not a directory (--vectors)");
         if (!fs::is_directory(o.results)) throw BadInput(o.results + ": not a directory (--results)");
+        // before grading: a FIFO, device or symbolic link is never replaced, and --report and --junit naming one
+        // file (by identity, not spelling) would leave one of them overwritten by the other
+        std::string why;
+        if (!cli::check_output_files({{"--report", o.report}, {"--junit", o.junit}}, why))
+            throw BadInput("cannot write the report: " + why);
         vectors = load_vectors(o.vectors);
         res = load_results(o.results);
         for (const Refused& rf : vectors.refused) { // outside the declaration the export was given

@@ -33,32 +33,63 @@ KVC_HOST_DEVICE inline void state_clear(SoftmaxState& s, int head_dim) {
     for (int c = 0; c < head_dim; ++c) s.o[c] = 0.0f;
 }
 
+// The scalar half of a merge, for kernels that spread o over threads (the CUDA engine): which case applies and,
+// when both sides hold keys, the common max and the two rescale factors. state_merge below is made of it.
+enum class MergeKind { KeepInto, CopyFrom, Rescale };
+struct MergeScales {
+    MergeKind kind;
+    float m; // the merged max (Rescale)
+    float a; // factor of into's l and o
+    float b; // factor of from's l and o
+};
+
+KVC_HOST_DEVICE inline MergeScales merge_scales(float into_m, float from_m) {
+    MergeScales s{MergeKind::Rescale, 0.0f, 0.0f, 0.0f};
+    if (from_m == -INFINITY) {
+        s.kind = MergeKind::KeepInto;
+        return s;
+    }
+    if (into_m == -INFINITY) {
+        s.kind = MergeKind::CopyFrom;
+        return s;
+    }
+    s.m = into_m > from_m ? into_m : from_m;
+    s.a = expf(into_m - s.m); // exactly 1 for the side that holds the max
+    s.b = expf(from_m - s.m);
+    return s;
+}
+
+// One element (l, or one component of o) of the merged state.
+KVC_HOST_DEVICE inline float merge_apply(const MergeScales& s, float into, float from) {
+    if (s.kind == MergeKind::KeepInto) return into;
+    if (s.kind == MergeKind::CopyFrom) return from;
+    return into * s.a + from * s.b;
+}
+
+// The merged max.
+KVC_HOST_DEVICE inline float merge_max(const MergeScales& s, float into_m, float from_m) {
+    return s.kind == MergeKind::KeepInto ? into_m : s.kind == MergeKind::CopyFrom ? from_m : s.m;
+}
+
+// One component of the output row: o / l; zeros for the empty state (state_normalize, element by element).
+KVC_HOST_DEVICE inline float normalize_elem(float m, float l, float o) {
+    return (m == -INFINITY || !(l > 0.0f)) ? 0.0f : o / l;
+}
+
 // into := state of (keys of into) ∪ (keys of from). Rescales both sides to the common max.
 //   from empty: into unchanged (exactly).   into empty: into := from (exactly).
 KVC_HOST_DEVICE inline void state_merge(SoftmaxState& into, const SoftmaxState& from, int head_dim) {
-    if (from.empty()) return;
-    if (into.empty()) {
-        into.m = from.m;
-        into.l = from.l;
-        for (int c = 0; c < head_dim; ++c) into.o[c] = from.o[c];
-        return;
-    }
-    const float m = into.m > from.m ? into.m : from.m;
-    const float a = expf(into.m - m); // exactly 1 for the side that holds the max
-    const float b = expf(from.m - m);
-    into.l = into.l * a + from.l * b;
-    for (int c = 0; c < head_dim; ++c) into.o[c] = into.o[c] * a + from.o[c] * b;
-    into.m = m;
+    const MergeScales s = merge_scales(into.m, from.m);
+    if (s.kind == MergeKind::KeepInto) return;
+    into.l = merge_apply(s, into.l, from.l);
+    for (int c = 0; c < head_dim; ++c) into.o[c] = merge_apply(s, into.o[c], from.o[c]);
+    into.m = merge_max(s, into.m, from.m);
 }
 
 // out := o / l, the attention output of the row. The empty state has no softmax; it yields zeros (a query always
 // sees at least its own key, so the engine never normalizes an empty state).
 KVC_HOST_DEVICE inline void state_normalize(const SoftmaxState& s, float* out, int head_dim) {
-    if (s.empty() || !(s.l > 0.0f)) {
-        for (int c = 0; c < head_dim; ++c) out[c] = 0.0f;
-        return;
-    }
-    for (int c = 0; c < head_dim; ++c) out[c] = s.o[c] / s.l;
+    for (int c = 0; c < head_dim; ++c) out[c] = normalize_elem(s.m, s.l, s.o[c]);
 }
 
 } // namespace kvc::opt

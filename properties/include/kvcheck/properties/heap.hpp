@@ -18,4 +18,9 @@ int64_t heap_in_use();
 // True when this process runs with glibc's per-thread cache off, so heap_in_use() counts freed memory as free.
 bool heap_accounting_exact();
 
+// Why heap_in_use() cannot see this process's allocations, or nullptr when it can. Under AddressSanitizer every
+// malloc goes to ASan's own allocator and mallinfo2 reports zeros: NO-Q's allocator watch would pass anything, so it
+// is skipped with this reason (tools/sanitize.sh builds that way).
+const char* heap_watch_blind_reason();
+
 } // namespace kvc::prop

@@ -45,7 +45,10 @@ struct Checks {
     bool others_unchanged = false; // rows of sequences an op did not append to are unchanged (FORK, RELEASE)
     bool fork_shares = false;      // a forked child reads back exactly its parent's rows
     bool memory = false;           // reported live bytes equal the formula; capacity within whole blocks
-    bool heap = false;             // allocator growth is explained by reported K/V and workspace (NO-Q)
+    bool heap = false;             // allocator growth is explained by reported K/V and workspace (NO-Q): the host
+                                   // heap for HOST caches, device memory for DEVICE caches
+    bool device_memory = false;    // the same watch for DEVICE caches only (MEMORY: their reports are checked
+                                   // against device memory, which costs one cudaMemGetInfo per call)
     bool diagnose_heads = false;   // on an equiv failure, test the "tile" head mapping
     bool diagnose_layers = false;  // on an equiv failure, test the other layers' histories
 };
@@ -67,6 +70,8 @@ struct RunResult {
     int64_t hidden_heap_bytes = 0; // largest rise of allocator growth not explained by reported growth since create
     int64_t create_unreported_bytes = 0; // what create() allocated beyond capacity + pool + workspace
     uint64_t workspace_bytes = 0;        // reported after create
+    std::string watched;                 // what the allocator watch read: "heap", "device memory (libcudart.so.13)"
+    std::string watch_not_run;           // why the allocator watch asked for could not run (no CUDA runtime, no device)
 };
 
 // One cache instance driven op by op, with the harness's model beside it. The constructor creates the cache;

@@ -16,6 +16,12 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// A plugin that did harm while being loaded, beyond being unusable: get_caps wrote past the kvc_caps it was given.
+class PluginMisbehaved : public LoadError {
+public:
+    using LoadError::LoadError;
+};
+
 struct Target {
     std::string name;                // the implementation's own name
     std::string origin;              // "builtin:NAME" or the plugin path
@@ -25,10 +31,12 @@ struct Target {
 };
 
 // Calls the entry with this harness's ABI version and checks the table: major version, struct size, required
-// members. Throws LoadError naming what is wrong.
+// members; calls get_caps with a guard zone after the kvc_caps. Throws LoadError naming what is wrong
+// (PluginMisbehaved for a write past kvc_caps). Runs plugin code: the CLI calls it only in a child process.
 Target target_from_entry(kvc_entry_fn entry, const std::string& origin);
 
-// dlopen()s path and looks up KVC_ENTRY_SYMBOL. Throws LoadError.
+// dlopen()s path (its constructors run), looks up KVC_ENTRY_SYMBOL, refuses a symbol that is not a function, then
+// target_from_entry. Throws LoadError.
 Target load_plugin(const std::string& path);
 
 } // namespace kvc::prop

@@ -41,6 +41,7 @@ struct ModelConfig {
     bool out_proj = false;              // W_O after attention; without it n_q_heads * head_dim must equal d_model
     bool residual = false;              // add each sublayer's output to its input
     bool unembed = false;               // logits = h · W_U; without it there are no logits and no next token
+    bool tied = false;                  // with unembed: W_U is the embedding transposed (logits = h · Eᵀ), no W_U
 
     double attention_scale() const;     // scale, or 1/sqrt(head_dim)
     int group_size() const { return n_q_heads / n_kv_heads; } // query heads per KV head
@@ -68,6 +69,7 @@ inline void ModelConfig::validate() const {
     if (rope != Rope::None && !(rope_theta > 0)) fail("rope_theta must be positive");
     if (scale && !(*scale > 0)) fail("scale must be positive");
     if (mlp && d_ff <= 0) fail("an MLP needs d_ff > 0");
+    if (tied && !unembed) fail("a tied classifier needs unembed");
     if (!out_proj && n_q_heads * head_dim != d_model && (residual || mlp || n_layers > 1 || unembed))
         fail("without out_proj, n_q_heads * head_dim must equal d_model to feed the next sublayer");
 }

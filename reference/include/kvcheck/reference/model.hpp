@@ -14,7 +14,7 @@
 // Shapes (T tokens, D = d_model, Hq/Hkv query/KV heads, d = head_dim, F = d_ff, V = vocab):
 //   embedding [V x D], x [T x D]
 //   W_Q [D x Hq*d], W_K, W_V [D x Hkv*d], W_O [Hq*d x D]
-//   W_gate, W_up [D x F], W_down [F x D], W_U [D x V]
+//   W_gate, W_up [D x F], W_down [F x D], W_U [D x V] (or, tied, the embedding transposed)
 #pragma once
 
 #include "kvcheck/reference/attention.hpp"
@@ -48,7 +48,7 @@ struct Weights {
     Mat<S> embedding;                    // [V x D]
     std::vector<LayerWeights<S>> layers; // [n_layers]
     RowVec<S> rms_final;                 // [D]      (rmsnorm and unembed)
-    Mat<S> w_unembed;                    // [D x V]  (unembed)
+    Mat<S> w_unembed;                    // [D x V]  (unembed and not tied; tied uses embeddingᵀ)
 
     template <typename T>
     Weights<T> cast() const {

@@ -64,7 +64,7 @@ void check_shapes(const ModelConfig& cfg, const Weights<S>& w) {
         }
     }
     if (cfg.unembed) {
-        expect_shape("w_unembed", w.w_unembed.rows(), w.w_unembed.cols(), D, cfg.vocab);
+        if (!cfg.tied) expect_shape("w_unembed", w.w_unembed.rows(), w.w_unembed.cols(), D, cfg.vocab);
         if (cfg.rmsnorm) expect_shape("rms_final", 1, w.rms_final.cols(), 1, D);
     }
 }
@@ -131,7 +131,8 @@ ForwardTrace<S> forward(const ModelConfig& cfg, const Weights<S>& w, const Mat<S
 
     if (cfg.unembed) {
         const Mat<S> f = cfg.rmsnorm ? detail::rmsnorm<S>(h, w.rms_final, cfg.rms_eps) : h;
-        trace.logits = f * w.w_unembed; // [T x V]
+        // tied: the embedding table [V x D] read as its transpose, so logit v = f · embedding row v
+        trace.logits = cfg.tied ? Mat<S>(f * w.embedding.transpose()) : Mat<S>(f * w.w_unembed); // [T x V]
         Eigen::Index best = 0;
         trace.logits.row(T - 1).maxCoeff(&best); // first maximum on ties
         trace.next_token = static_cast<int>(best);

@@ -3,7 +3,8 @@
 //
 //   config:  {"d_model": 4, "n_layers": 2, "n_q_heads": 1, "n_kv_heads": 1, "head_dim": 4, "vocab": 17,
 //             "scale": 0.5, "rope": "none"|"neox"|"gptj", "rope_theta": 10000, "rmsnorm": false, "mlp": false,
-//             "d_ff": 0, "out_proj": false, "residual": false, "unembed": false}
+//             "d_ff": 0, "out_proj": false, "residual": false, "unembed": false,
+//             "tied": false}                                          tied: no w_unembed, logits use embeddingᵀ
 //   weights: {"embedding": [[...] x vocab], "layers": [{"w_q": [[...] x D], "w_k": ..., "w_v": ..., "w_o": ...,
 //             "rms_attn": [...], "rms_mlp": [...], "w_gate": ..., "w_up": ..., "w_down": ...}],
 //             "rms_final": [...], "w_unembed": [[...]]}   matrices as arrays of rows

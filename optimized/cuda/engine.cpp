@@ -1,0 +1,506 @@
+// The CUDA engine's host side: every input is checked here before anything changes; blocks, tables and reference
+// counts live on the host; each call uploads what its kernels need (its streams' block tables, its rows, its work
+// list) and runs append, attention and merge on the engine's own CUDA stream. docs/cuda-engine.md.
+#include "engine.hpp"
+
+#include "kernels.hpp"
+#include "kvcheck/optimized/rope_math.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+namespace kvc::cuda {
+namespace {
+
+constexpr uint32_t kDefaultBlockSize = 16, kMaxBlockSize = 65536;
+constexpr uint32_t kMaxLayers = 1024, kMaxHeads = 1024;
+constexpr uint64_t kFirstArenaBytes = 64 * 1024; // the first arena: 64 KiB of blocks, at most 256 blocks
+constexpr uint64_t kAlign = 256;
+
+uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// Byte offsets of the parts of one call's scratch.
+struct Carve {
+    uint64_t size = 0;
+    uint64_t take(uint64_t bytes) {
+        const uint64_t at = size;
+        size = align_up(size + bytes);
+        return at;
+    }
+};
+
+} // namespace
+
+namespace {
+std::atomic<bool> g_probed{false};
+}
+
+bool probed_in_this_process() { return g_probed.load(); }
+
+std::string unavailable_reason() {
+    static const std::string reason = [] {
+        g_probed = true;
+        int n = 0;
+        const cudaError_t e = cudaGetDeviceCount(&n);
+        if (e != cudaSuccess)
+            return std::string("no CUDA device: cudaGetDeviceCount: ") + cudaGetErrorString(e) + " (" +
+                   cudaGetErrorName(e) + ")";
+        if (n == 0) return std::string("no CUDA device: cudaGetDeviceCount found none");
+        const cudaError_t k = kernels_loadable();
+        if (k != cudaSuccess)
+            return std::string("CUDA device unusable by this build: ") + cudaGetErrorString(k) + " (" +
+                   cudaGetErrorName(k) + "; kernels built for CMAKE_CUDA_ARCHITECTURES)";
+        return std::string();
+    }();
+    return reason;
+}
+
+Engine::Scratch::~Scratch() {
+    if (owned && base) cudaFree(base);
+}
+
+kvc_status Engine::fail(kvc_status status, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(error_, sizeof error_, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+kvc_status Engine::cuda_fail(cudaError_t e, const char* op, const char* what) {
+    return fail(e == cudaErrorMemoryAllocation ? KVC_ERR_OUT_OF_MEMORY : KVC_ERR_INTERNAL, "%s: %s: %s (%s)", op, what,
+                cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+std::unique_ptr<Engine> Engine::create(const kvc_config& c, kvc_status* status, std::string* error) {
+    auto refuse = [&](kvc_status s, const std::string& why) -> std::unique_ptr<Engine> {
+        if (status) *status = s;
+        if (error) *error = why;
+        return nullptr;
+    };
+    if (const std::string why = unavailable_reason(); !why.empty()) return refuse(KVC_ERR_UNSUPPORTED, why);
+    // the CPU engine's checks, word for word where the rule is the same (docs/engine.md, "Calls and bad input")
+    if (c.struct_size < sizeof(kvc_config))
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "config.struct_size " + std::to_string(c.struct_size) +
+                                                    " is smaller than kvc_config of ABI 1.0 (" +
+                                                    std::to_string(sizeof(kvc_config)) + ")");
+    if (c.n_layers == 0 || c.n_q_heads == 0 || c.n_kv_heads == 0 || c.head_dim == 0 || c.max_seqs == 0)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "n_layers, n_q_heads, n_kv_heads, head_dim and max_seqs must be >= 1");
+    if (c.n_q_heads % c.n_kv_heads != 0)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "n_q_heads (" + std::to_string(c.n_q_heads) +
+                                                    ") is not a multiple of n_kv_heads (" +
+                                                    std::to_string(c.n_kv_heads) + ")");
+    if (c.cache_dtype > KVC_DTYPE_BF16)
+        return refuse(KVC_ERR_UNSUPPORTED, "cache_dtype " + std::to_string(c.cache_dtype) + " is not f32, f16 or bf16");
+    if (c.rope > KVC_ROPE_GPTJ) return refuse(KVC_ERR_UNSUPPORTED, "rope variant " + std::to_string(c.rope) + " is unknown");
+    if (c.rope != KVC_ROPE_NONE && c.head_dim % 2 != 0)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "RoPE needs an even head_dim (got " + std::to_string(c.head_dim) + ")");
+    if (c.rope != KVC_ROPE_NONE && !(std::isfinite(c.rope_theta) && c.rope_theta > 0.0f))
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "rope_theta must be positive and finite");
+    if (!std::isfinite(c.scale)) return refuse(KVC_ERR_INVALID_ARGUMENT, "scale must be finite");
+    if (c.head_dim > kMaxHeadDim)
+        return refuse(KVC_ERR_UNSUPPORTED, "head_dim " + std::to_string(c.head_dim) + " exceeds max_head_dim " +
+                                               std::to_string(kMaxHeadDim));
+    if (c.n_layers > kMaxLayers || c.n_q_heads > kMaxHeads || c.n_kv_heads > kMaxHeads)
+        return refuse(KVC_ERR_UNSUPPORTED, "more layers or heads than the declared limits (1024)");
+
+    std::unique_ptr<Engine> e(new (std::nothrow) Engine());
+    if (!e) return refuse(KVC_ERR_OUT_OF_MEMORY, "allocation failed");
+    e->cfg_ = c;
+    e->block_size_ = c.block_size_hint == 0 ? kDefaultBlockSize : std::min(c.block_size_hint, kMaxBlockSize);
+    e->cfg_.block_size_hint = e->block_size_;
+    e->elem_bytes_ = c.cache_dtype == KVC_DTYPE_F32 ? 4 : 2;
+    e->group_ = c.n_q_heads / c.n_kv_heads;
+    e->max_tokens_ = c.max_tokens == 0 ? UINT32_MAX : c.max_tokens;
+    e->geometry_ = kvc_kv_layout_make(e->block_size_, c.n_kv_heads, c.head_dim, e->elem_bytes_);
+    auto cuda_refuse = [&](cudaError_t err, const char* what) {
+        return refuse(err == cudaErrorMemoryAllocation ? KVC_ERR_OUT_OF_MEMORY : KVC_ERR_INTERNAL,
+                      std::string(what) + ": " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")");
+    };
+    cudaError_t err = cudaGetDevice(&e->device_);
+    if (err != cudaSuccess) return cuda_refuse(err, "cudaGetDevice");
+    if ((err = prepare_attention(kMaxHeadDim)) != cudaSuccess) return cuda_refuse(err, "attention kernel shared memory");
+    if ((err = cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking)) != cudaSuccess)
+        return cuda_refuse(err, "cudaStreamCreate");
+    if ((err = cudaMalloc(&e->workspace_, kWorkspaceBytes)) != cudaSuccess) return cuda_refuse(err, "workspace");
+    if (c.rope != KVC_ROPE_NONE) {
+        std::vector<double> f(c.head_dim / 2);
+        for (uint32_t j = 0; j < c.head_dim / 2; ++j) f[j] = kvc::opt::math::rope_inv_freq(c.rope_theta, c.head_dim, j);
+        if ((err = cudaMalloc(&e->inv_freq_, f.size() * sizeof(double))) != cudaSuccess)
+            return cuda_refuse(err, "RoPE frequencies");
+        if ((err = cudaMemcpy(e->inv_freq_, f.data(), f.size() * sizeof(double), cudaMemcpyHostToDevice)) != cudaSuccess)
+            return cuda_refuse(err, "RoPE frequencies");
+    }
+    if (status) *status = KVC_OK;
+    return e;
+}
+
+Engine::~Engine() {
+    if (stream_) cudaStreamSynchronize(stream_);
+    cudaFree(arena_);
+    cudaFree(workspace_);
+    cudaFree(inv_freq_);
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+const Engine::Stream* Engine::find(uint32_t seq, uint32_t layer) const {
+    auto it = seqs_.find(seq);
+    return it == seqs_.end() ? nullptr : &it->second.layers[layer];
+}
+
+uint64_t Engine::blocks_needed(const Stream& s, uint32_t n) const {
+    const uint64_t have = s.blocks.size(), need = (static_cast<uint64_t>(s.length) + n + block_size_ - 1) / block_size_;
+    const bool shared_partial = s.length % block_size_ != 0 && refcount_[s.blocks.back()] > 1;
+    return need - have + (shared_partial && n > 0 ? 1 : 0);
+}
+
+kvc_kv_layout Engine::device_layout() const {
+    kvc_kv_layout l = geometry_;
+    l.block_base = reinterpret_cast<uint8_t* const*>(arena_ + arena_blocks_ * kvc_kv_block_bytes(&geometry_));
+    return l;
+}
+
+// Grows the arena to hold n more blocks than are in use: a new arena (double, or what is needed), the old blocks
+// copied into it at the same ids, the address array rebuilt. Ids never change, so tables stay valid.
+bool Engine::reserve_blocks(uint64_t n) {
+    if (free_.size() >= n) return true;
+    const uint64_t bb = kvc_kv_block_bytes(&geometry_);
+    uint64_t want = std::max<uint64_t>(arena_blocks_ * 2, in_use_ + n);
+    if (arena_blocks_ == 0) want = std::max<uint64_t>(want, std::min<uint64_t>(256, std::max<uint64_t>(1, kFirstArenaBytes / bb)));
+    if (want > UINT32_MAX) want = UINT32_MAX;
+    if (want < in_use_ + n) return false;
+    const uint64_t bytes = want * bb + want * sizeof(uint8_t*);
+    uint8_t* fresh = nullptr;
+    if (cudaMalloc(&fresh, bytes) != cudaSuccess) {
+        cudaGetLastError(); // clear the sticky-free allocation error
+        return false;
+    }
+    std::vector<uint8_t*> bases(want);
+    for (uint64_t b = 0; b < want; ++b) bases[b] = fresh + b * bb;
+    if ((arena_ && cudaMemcpyAsync(fresh, arena_, arena_blocks_ * bb, cudaMemcpyDeviceToDevice, stream_) != cudaSuccess) ||
+        cudaMemcpyAsync(fresh + want * bb, bases.data(), want * sizeof(uint8_t*), cudaMemcpyHostToDevice, stream_) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(stream_) != cudaSuccess) {
+        cudaFree(fresh);
+        return false;
+    }
+    cudaFree(arena_);
+    for (uint64_t b = arena_blocks_; b < want; ++b) free_.insert(static_cast<uint32_t>(b));
+    refcount_.resize(want, 0);
+    arena_ = fresh;
+    arena_blocks_ = want;
+    arena_bytes_ = bytes;
+    return true;
+}
+
+uint32_t Engine::take_block() {
+    const uint32_t id = *free_.begin();
+    free_.erase(free_.begin());
+    refcount_[id] = 1;
+    ++in_use_;
+    return id;
+}
+
+void Engine::drop_block(uint32_t id) {
+    if (--refcount_[id] == 0) {
+        free_.insert(id);
+        --in_use_;
+    }
+}
+
+kvc_status Engine::get_scratch(uint64_t bytes, Scratch& s, const char* op) {
+    if (bytes <= kWorkspaceBytes) {
+        s.base = workspace_;
+        return KVC_OK;
+    }
+    if (const cudaError_t e = cudaMalloc(&s.base, bytes); e != cudaSuccess) {
+        cudaGetLastError();
+        s.base = nullptr;
+        return fail(KVC_ERR_OUT_OF_MEMORY, "%s: %llu bytes of device scratch refused: %s", op,
+                    static_cast<unsigned long long>(bytes), cudaGetErrorString(e));
+    }
+    s.owned = true;
+    return KVC_OK;
+}
+
+kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const uint32_t* seq_ids,
+                                       const uint32_t* offsets, const float* q, const float* k, const float* v,
+                                       float* out) {
+    const char* op = "append_attend";
+    // phase 1: check everything before anything changes
+    if (layer >= cfg_.n_layers)
+        return fail(KVC_ERR_INVALID_ARGUMENT, "%s: layer %u out of range (n_layers %u)", op, layer, cfg_.n_layers);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n_seqs; ++i) {
+        const uint32_t seq = seq_ids[i];
+        if (seq >= cfg_.max_seqs)
+            return fail(KVC_ERR_INVALID_ARGUMENT, "%s: sequence %u out of range (max_seqs %u)", op, seq, cfg_.max_seqs);
+        if (offsets[i + 1] < offsets[i])
+            return fail(KVC_ERR_INVALID_ARGUMENT, "%s: token_offsets decrease at sequence index %u", op, i);
+        for (uint32_t j = 0; j < i; ++j)
+            if (seq_ids[j] == seq)
+                return fail(KVC_ERR_INVALID_ARGUMENT, "%s: sequence %u appears twice in one batch", op, seq);
+        const uint32_t n = offsets[i + 1] - offsets[i];
+        const Stream* s = find(seq, layer);
+        const uint64_t len = s ? s->length : 0;
+        if (len + n > max_tokens_)
+            return fail(KVC_ERR_OUT_OF_MEMORY, "%s: %u new tokens on sequence %u layer %u (holding %llu) exceed max_tokens %llu",
+                        op, n, seq, layer, static_cast<unsigned long long>(len),
+                        static_cast<unsigned long long>(max_tokens_));
+        total += n;
+    }
+    if (total == 0) return KVC_OK;
+    if (q == nullptr || k == nullptr || v == nullptr || out == nullptr)
+        return fail(KVC_ERR_INVALID_ARGUMENT, "%s: q, k, v and out must not be NULL when tokens are appended", op);
+    if (cudaSetDevice(device_) != cudaSuccess) return fail(KVC_ERR_INTERNAL, "%s: cudaSetDevice failed", op);
+
+    // phase 2: blocks and scratch (may fail; nothing visible has changed yet)
+    uint64_t blocks = 0;
+    for (uint32_t i = 0; i < n_seqs; ++i) {
+        const uint32_t n = offsets[i + 1] - offsets[i];
+        if (const Stream* s = find(seq_ids[i], layer)) blocks += blocks_needed(*s, n);
+        else blocks += (static_cast<uint64_t>(n) + block_size_ - 1) / block_size_;
+    }
+    if (!reserve_blocks(blocks))
+        return fail(KVC_ERR_OUT_OF_MEMORY, "%s: out of device memory for blocks (%llu more needed, %llu in use)", op,
+                    static_cast<unsigned long long>(blocks), static_cast<unsigned long long>(in_use_));
+
+    // the plan: one CallDesc per stream with new tokens, its work items (tiles of rows per KV head)
+    const uint32_t d = cfg_.head_dim;
+    std::vector<CallDesc> calls;
+    std::vector<uint32_t> call_seq; // index into seq_ids
+    uint64_t table_entries = 0;
+    for (uint32_t i = 0; i < n_seqs; ++i) {
+        const uint32_t n = offsets[i + 1] - offsets[i];
+        if (n == 0) continue;
+        const Stream* s = find(seq_ids[i], layer);
+        CallDesc c{};
+        c.len_before = s ? s->length : 0;
+        c.n_new = n;
+        c.token_base = offsets[i] - offsets[0];
+        c.table_offset = table_entries;
+        table_entries += (static_cast<uint64_t>(c.len_before) + n + block_size_ - 1) / block_size_;
+        calls.push_back(c);
+        call_seq.push_back(i);
+    }
+    std::vector<WorkItem> items;
+    std::vector<MergeItem> merges;
+    uint64_t partials = 0;
+    for (uint32_t ci = 0; ci < calls.size(); ++ci) {
+        const CallDesc& c = calls[ci];
+        const uint32_t rows = c.n_new * group_;
+        for (uint32_t h = 0; h < cfg_.n_kv_heads; ++h)
+            for (uint32_t row0 = 0; row0 < rows; row0 += kTileRows) {
+                const uint32_t nr = std::min(kTileRows, rows - row0);
+                const uint64_t max_limit = static_cast<uint64_t>(c.len_before) + (row0 + nr - 1) / group_ + 1;
+                const uint32_t nseg = static_cast<uint32_t>((max_limit + kSegmentKeys - 1) / kSegmentKeys);
+                if (c.n_new <= 4 && nseg > 1) { // decode: spread the segments over CUDA blocks, merge after
+                    merges.push_back(MergeItem{ci, h, row0, nr, static_cast<uint32_t>(partials), nseg});
+                    for (uint32_t sg = 0; sg < nseg; ++sg)
+                        items.push_back(WorkItem{ci, h, row0, nr, sg, sg + 1, 0,
+                                                 static_cast<uint32_t>(partials + static_cast<uint64_t>(sg) * nr)});
+                    partials += static_cast<uint64_t>(nseg) * nr;
+                } else {
+                    items.push_back(WorkItem{ci, h, row0, nr, 0, nseg, 1, 0});
+                }
+            }
+    }
+    if (partials > UINT32_MAX) return fail(KVC_ERR_UNSUPPORTED, "%s: too many partial states in one call", op);
+    // the biggest items first: under the causal mask the last tiles of a prefill see the most keys
+    std::stable_sort(items.begin(), items.end(), [](const WorkItem& a, const WorkItem& b) {
+        return a.seg_end - a.seg_begin > b.seg_end - b.seg_begin;
+    });
+
+    Carve cv;
+    const uint64_t kv_elems = total * cfg_.n_kv_heads * d, q_elems = total * cfg_.n_q_heads * d;
+    const uint64_t at_calls = cv.take(calls.size() * sizeof(CallDesc));
+    const uint64_t at_token = cv.take(total * sizeof(uint32_t));
+    const uint64_t at_tables = cv.take(table_entries * sizeof(uint32_t));
+    const uint64_t at_items = cv.take(items.size() * sizeof(WorkItem));
+    const uint64_t at_merges = cv.take(merges.size() * sizeof(MergeItem));
+    const uint64_t meta_bytes = cv.size; // the above go up in one copy
+    const uint64_t at_k = cv.take(kv_elems * sizeof(float));
+    const uint64_t at_v = cv.take(kv_elems * sizeof(float));
+    const uint64_t at_q = cv.take(q_elems * sizeof(float));
+    const uint64_t at_out = cv.take(q_elems * sizeof(float));
+    const uint64_t at_pm = cv.take(partials * sizeof(float));
+    const uint64_t at_pl = cv.take(partials * sizeof(float));
+    const uint64_t at_po = cv.take(partials * d * sizeof(float));
+    Scratch scratch;
+    if (const kvc_status st = get_scratch(cv.size, scratch, op); st != KVC_OK) return st;
+    std::vector<uint8_t> meta(meta_bytes);
+
+    // phase 3: the host state changes (cannot fail from here on but for the device itself)
+    std::vector<std::pair<uint32_t, uint32_t>> cow; // (from, to): copy-on-write of shared partial last blocks
+    for (uint32_t ci = 0; ci < calls.size(); ++ci) {
+        const uint32_t seq = seq_ids[call_seq[ci]];
+        auto it = seqs_.find(seq);
+        if (it == seqs_.end()) {
+            Sequence fresh;
+            fresh.layers.resize(cfg_.n_layers);
+            it = seqs_.emplace(seq, std::move(fresh)).first;
+        }
+        Stream& s = it->second.layers[layer];
+        if (s.length % block_size_ != 0 && refcount_[s.blocks.back()] > 1) {
+            const uint32_t copy = take_block();
+            cow.emplace_back(s.blocks.back(), copy);
+            drop_block(s.blocks.back());
+            s.blocks.back() = copy;
+        }
+        const uint64_t need = (static_cast<uint64_t>(s.length) + calls[ci].n_new + block_size_ - 1) / block_size_;
+        while (s.blocks.size() < need) s.blocks.push_back(take_block());
+        std::memcpy(meta.data() + at_tables + calls[ci].table_offset * sizeof(uint32_t), s.blocks.data(),
+                    s.blocks.size() * sizeof(uint32_t));
+        for (uint32_t t = 0; t < calls[ci].n_new; ++t)
+            std::memcpy(meta.data() + at_token + (static_cast<uint64_t>(calls[ci].token_base) + t) * sizeof(uint32_t),
+                        &ci, sizeof ci);
+        s.length += calls[ci].n_new;
+    }
+    std::memcpy(meta.data() + at_calls, calls.data(), calls.size() * sizeof(CallDesc));
+    std::memcpy(meta.data() + at_items, items.data(), items.size() * sizeof(WorkItem));
+    std::memcpy(meta.data() + at_merges, merges.data(), merges.size() * sizeof(MergeItem));
+
+    // phase 4: the device work, in order on the engine's stream
+    uint8_t* base = scratch.base;
+    const uint64_t first = offsets[0];
+    const kvc_kv_layout L = device_layout();
+    const uint64_t bb = kvc_kv_block_bytes(&geometry_);
+    Geometry g{L, cfg_.cache_dtype, cfg_.rope, cfg_.n_q_heads, cfg_.n_kv_heads, d, group_, cfg_.scale, inv_freq_};
+    cudaError_t e = cudaMemcpyAsync(base, meta.data(), meta_bytes, cudaMemcpyHostToDevice, stream_);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(base + at_k, k + first * cfg_.n_kv_heads * d, kv_elems * sizeof(float),
+                            cudaMemcpyHostToDevice, stream_);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(base + at_v, v + first * cfg_.n_kv_heads * d, kv_elems * sizeof(float),
+                            cudaMemcpyHostToDevice, stream_);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(base + at_q, q + first * cfg_.n_q_heads * d, q_elems * sizeof(float),
+                            cudaMemcpyHostToDevice, stream_);
+    for (const auto& [from, to] : cow) // the whole block: slots past the fill are never read
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(arena_ + to * bb, arena_ + from * bb, bb, cudaMemcpyDeviceToDevice, stream_);
+    const auto* dcalls = reinterpret_cast<const CallDesc*>(base + at_calls);
+    const auto* dtables = reinterpret_cast<const uint32_t*>(base + at_tables);
+    if (e == cudaSuccess)
+        e = launch_append(g, dcalls, reinterpret_cast<const uint32_t*>(base + at_token), static_cast<uint32_t>(total),
+                          dtables, reinterpret_cast<const float*>(base + at_k),
+                          reinterpret_cast<const float*>(base + at_v), stream_);
+    if (e == cudaSuccess)
+        e = launch_attention(g, dcalls, dtables, reinterpret_cast<const float*>(base + at_q),
+                             reinterpret_cast<float*>(base + at_out), reinterpret_cast<const WorkItem*>(base + at_items),
+                             static_cast<uint32_t>(items.size()), reinterpret_cast<const MergeItem*>(base + at_merges),
+                             static_cast<uint32_t>(merges.size()), reinterpret_cast<float*>(base + at_pm),
+                             reinterpret_cast<float*>(base + at_pl), reinterpret_cast<float*>(base + at_po), stream_);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(out + first * cfg_.n_q_heads * d, base + at_out, q_elems * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_);
+    const cudaError_t sync = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess) e = sync;
+    if (e != cudaSuccess) return cuda_fail(e, op, "device work failed (the cache is no longer usable)");
+    return KVC_OK;
+}
+
+kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
+    if (seq >= cfg_.max_seqs)
+        return fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: sequence %u out of range (max_seqs %u)", seq, cfg_.max_seqs);
+    if (layer >= cfg_.n_layers)
+        return fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: layer %u out of range (n_layers %u)", layer, cfg_.n_layers);
+    const Stream* s = find(seq, layer);
+    const uint64_t len = s ? s->length : 0;
+    if (static_cast<uint64_t>(pos) + n > len)
+        return fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: rows %u..%llu of sequence %u layer %u, which holds %llu", pos,
+                    static_cast<unsigned long long>(static_cast<uint64_t>(pos) + n) - 1, seq, layer,
+                    static_cast<unsigned long long>(len));
+    if (n == 0) return KVC_OK;
+    if (k_out == nullptr || v_out == nullptr) return fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: k_out or v_out is NULL");
+    if (cudaSetDevice(device_) != cudaSuccess) return fail(KVC_ERR_INTERNAL, "read_kv: cudaSetDevice failed");
+    const uint64_t bytes = static_cast<uint64_t>(n) * geometry_.n_kv_heads * geometry_.row_bytes;
+    Carve cv;
+    const uint64_t at_table = cv.take(s->blocks.size() * sizeof(uint32_t));
+    const uint64_t at_k = cv.take(bytes), at_v = cv.take(bytes);
+    Scratch scratch;
+    if (const kvc_status st = get_scratch(cv.size, scratch, "read_kv"); st != KVC_OK) return st;
+    uint8_t* base = scratch.base;
+    Geometry g{device_layout(), cfg_.cache_dtype, cfg_.rope, cfg_.n_q_heads, cfg_.n_kv_heads, cfg_.head_dim, group_,
+               cfg_.scale, inv_freq_};
+    cudaError_t e = cudaMemcpyAsync(base + at_table, s->blocks.data(), s->blocks.size() * sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, stream_);
+    if (e == cudaSuccess)
+        e = launch_gather(g, reinterpret_cast<const uint32_t*>(base + at_table), pos, n, base + at_k, base + at_v,
+                          stream_);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(k_out, base + at_k, bytes, cudaMemcpyDeviceToHost, stream_);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(v_out, base + at_v, bytes, cudaMemcpyDeviceToHost, stream_);
+    const cudaError_t sync = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess) e = sync;
+    if (e != cudaSuccess) return cuda_fail(e, "read_kv", "device work failed");
+    return KVC_OK;
+}
+
+kvc_status Engine::seq_length(uint32_t seq, uint32_t layer, uint32_t* length) {
+    if (seq >= cfg_.max_seqs)
+        return fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: sequence %u out of range (max_seqs %u)", seq, cfg_.max_seqs);
+    if (layer >= cfg_.n_layers)
+        return fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: layer %u out of range (n_layers %u)", layer, cfg_.n_layers);
+    if (length == nullptr) return fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: length is NULL");
+    const Stream* s = find(seq, layer);
+    *length = s ? s->length : 0;
+    return KVC_OK;
+}
+
+kvc_status Engine::memory(kvc_memory* out) {
+    if (out == nullptr) return fail(KVC_ERR_INVALID_ARGUMENT, "memory: out is NULL");
+    if (out->struct_size < offsetof(kvc_memory, workspace_bytes))
+        return fail(KVC_ERR_INVALID_ARGUMENT, "memory: struct_size %u is smaller than kvc_memory of ABI 1.0",
+                    out->struct_size);
+    uint64_t tokens = 0; // sum over (seq, layer) of length: a shared block counts for every sequence
+    for (const auto& [id, sq] : seqs_)
+        for (const Stream& s : sq.layers) tokens += s.length;
+    const uint64_t capacity = in_use_ * kvc_kv_block_bytes(&geometry_); // a shared block counts once
+    out->block_size = block_size_;
+    out->live_bytes = 2 * tokens * geometry_.n_kv_heads * geometry_.row_bytes;
+    out->capacity_bytes = capacity;
+    out->pool_bytes = arena_bytes_ - capacity; // free blocks and the arena's block-address array
+    if (out->struct_size >= sizeof(kvc_memory))
+        out->workspace_bytes = kWorkspaceBytes + (inv_freq_ ? cfg_.head_dim / 2 * sizeof(double) : 0);
+    return KVC_OK;
+}
+
+kvc_status Engine::fork(uint32_t parent, uint32_t child) {
+    if (parent >= cfg_.max_seqs || child >= cfg_.max_seqs)
+        return fail(KVC_ERR_INVALID_ARGUMENT, "fork: sequence %u or %u out of range (max_seqs %u)", parent, child,
+                    cfg_.max_seqs);
+    if (parent == child) return fail(KVC_ERR_INVALID_ARGUMENT, "fork: parent and child are both %u", parent);
+    if (auto c = seqs_.find(child); c != seqs_.end())
+        for (uint32_t l = 0; l < cfg_.n_layers; ++l)
+            if (c->second.layers[l].length != 0)
+                return fail(KVC_ERR_INVALID_ARGUMENT, "fork: child %u is not empty (layer %u holds %u tokens)", child, l,
+                            c->second.layers[l].length);
+    auto p = seqs_.find(parent);
+    if (p == seqs_.end())
+        return fail(KVC_ERR_INVALID_ARGUMENT, "fork: parent %u holds no tokens (never started or released)", parent);
+    Sequence copy = p->second; // may throw: nothing has changed yet
+    seqs_[child] = std::move(copy);
+    for (const Stream& s : seqs_[child].layers) // full blocks and the partial last block are now shared
+        for (uint32_t id : s.blocks) ++refcount_[id];
+    return KVC_OK;
+}
+
+kvc_status Engine::release(uint32_t seq) {
+    if (seq >= cfg_.max_seqs)
+        return fail(KVC_ERR_INVALID_ARGUMENT, "release: sequence %u out of range (max_seqs %u)", seq, cfg_.max_seqs);
+    auto it = seqs_.find(seq);
+    if (it == seqs_.end())
+        return fail(KVC_ERR_INVALID_ARGUMENT, "release: sequence %u holds no tokens (never started or released)", seq);
+    for (const Stream& s : it->second.layers)
+        for (uint32_t id : s.blocks) drop_block(id);
+    seqs_.erase(it);
+    return KVC_OK;
+}
+
+} // namespace kvc::cuda

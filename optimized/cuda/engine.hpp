@@ -1,0 +1,89 @@
+// kvc::cuda::Engine: the CUDA engine behind the ABI. The host keeps the bookkeeping (one block table per
+// (sequence, layer) stream, reference counts, the free list); the device keeps K/V in one arena of blocks and runs
+// the kernels (kernels.cu). docs/cuda-engine.md.
+#pragma once
+
+#include "kvcheck/abi.h"
+#include "kvcheck/optimized/kv_layout.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kvc::cuda {
+
+// The probe: "" when a CUDA device is usable by this build, else why not (names the CUDA error).
+std::string unavailable_reason();
+// Whether unavailable_reason() has run in this process (and so CUDA was initialized here).
+bool probed_in_this_process();
+
+class Engine {
+public:
+    static std::unique_ptr<Engine> create(const kvc_config& c, kvc_status* status, std::string* error);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    kvc_status append_attend_batch(uint32_t layer, uint32_t n_seqs, const uint32_t* seq_ids, const uint32_t* offsets,
+                                   const float* q, const float* k, const float* v, float* out);
+    kvc_status read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out);
+    kvc_status seq_length(uint32_t seq, uint32_t layer, uint32_t* length);
+    kvc_status memory(kvc_memory* out);
+    kvc_status fork(uint32_t parent, uint32_t child);
+    kvc_status release(uint32_t seq);
+    const char* last_error() const { return error_; }
+    kvc_status fail(kvc_status s, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
+    static constexpr uint64_t kWorkspaceBytes = 8ull << 20; // fixed per-call scratch, allocated by create
+
+private:
+    Engine() = default;
+
+    struct Stream {
+        std::vector<uint32_t> blocks; // |blocks| == ceil(length / B)
+        uint32_t length = 0;
+    };
+    struct Sequence {
+        std::vector<Stream> layers;
+    };
+    // Device memory of one call: the fixed workspace when it fits, else a transient allocation freed by the call.
+    struct Scratch {
+        uint8_t* base = nullptr;
+        bool owned = false;
+        ~Scratch();
+    };
+
+    const Stream* find(uint32_t seq, uint32_t layer) const;
+    uint64_t blocks_needed(const Stream& s, uint32_t n) const;
+    bool reserve_blocks(uint64_t n);    // grows the arena so that n more blocks can be taken
+    uint32_t take_block();
+    void drop_block(uint32_t id);
+    kvc_status get_scratch(uint64_t bytes, Scratch& s, const char* op);
+    kvc_status cuda_fail(cudaError_t e, const char* op, const char* what);
+    kvc_kv_layout device_layout() const;
+
+    kvc_config cfg_{};
+    uint32_t block_size_ = 0, elem_bytes_ = 0, group_ = 1;
+    uint64_t max_tokens_ = 0;
+    kvc_kv_layout geometry_{};
+    int device_ = 0;
+    cudaStream_t stream_ = nullptr;
+    // the arena: [arena_blocks_ blocks][arena_blocks_ block addresses (the layout's block_base)]
+    uint8_t* arena_ = nullptr;
+    uint64_t arena_blocks_ = 0;
+    uint64_t arena_bytes_ = 0;
+    std::vector<uint32_t> refcount_; // [arena_blocks_]
+    std::set<uint32_t> free_;        // free block ids; the lowest is taken first
+    uint64_t in_use_ = 0;
+    uint8_t* workspace_ = nullptr; // kWorkspaceBytes
+    double* inv_freq_ = nullptr;   // [head_dim / 2] on the device, when RoPE is on
+    std::unordered_map<uint32_t, Sequence> seqs_;
+    char error_[512] = "no error";
+};
+
+} // namespace kvc::cuda

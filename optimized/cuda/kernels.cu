@@ -1,0 +1,332 @@
+// The CUDA engine's kernels, in named phases. Every piece of arithmetic that is not launch geometry comes from the
+// shared host+device headers (dtype_math.hpp, rope_math.hpp, softmax_state.hpp, kv_layout.h), which the CPU unit
+// test checks against the reference; what is here is who computes what, and in which fixed order.
+//
+// Determinism (docs/cuda-engine.md): a row's output is
+//   normalize( fold over segments of 1024 keys ( fold over the segment's splits of 256 keys ( state of the split )))
+// with splits and segments cut at absolute key positions, both folds left to right from the empty state, and each
+// row's arithmetic done by code paths that do not depend on the other rows of its tile, on the tile's size, or on
+// whether a segment was computed by its own CUDA block (spread decode) or in a loop (prefill). The sources are
+// compiled with --fmad=false, so no expression is contracted differently in two kernels.
+#include "kernels.hpp"
+
+#include "kvcheck/optimized/dtype_math.hpp"
+#include "kvcheck/optimized/rope_math.hpp"
+#include "kvcheck/optimized/softmax_state.hpp"
+
+namespace kvc::cuda {
+namespace {
+
+using kvc::opt::MergeScales;
+using kvc::opt::merge_apply;
+using kvc::opt::merge_max;
+using kvc::opt::merge_scales;
+using kvc::opt::normalize_elem;
+namespace m = kvc::opt::math;
+
+// ---- append: scatter + RoPE + dtype conversion, one CUDA block per (new token, KV head) ----
+__global__ void append_kernel(Geometry g, const CallDesc* calls, const uint32_t* token_call, const uint32_t* tables,
+                              const float* k, const float* v) {
+    const uint32_t i = blockIdx.x, h = blockIdx.y, d = g.head_dim;
+    const CallDesc c = calls[token_call[i]];
+    const uint64_t pos = static_cast<uint64_t>(c.len_before) + (i - c.token_base);
+    const uint32_t* table = tables + c.table_offset;
+    const float* ks = k + (static_cast<uint64_t>(i) * g.n_kv_heads + h) * d;
+    const float* vs = v + (static_cast<uint64_t>(i) * g.n_kv_heads + h) * d;
+    if (g.rope != m::kRopeNone) {
+        for (uint32_t j = threadIdx.x; j < d / 2; j += blockDim.x) {
+            uint32_t a, b;
+            m::rope_pair(g.rope, d, j, &a, &b);
+            double cs, sn;
+            m::rope_cos_sin(pos, g.inv_freq[j], &cs, &sn);
+            float xa = ks[a], xb = ks[b];
+            m::rope_rotate(&xa, &xb, cs, sn);
+            m::store_elem(xa, g.dtype, kvc_kv_address(&g.layout, table, pos, KVC_PLANE_K, h, a));
+            m::store_elem(xb, g.dtype, kvc_kv_address(&g.layout, table, pos, KVC_PLANE_K, h, b));
+        }
+    } else {
+        for (uint32_t x = threadIdx.x; x < d; x += blockDim.x)
+            m::store_elem(ks[x], g.dtype, kvc_kv_address(&g.layout, table, pos, KVC_PLANE_K, h, x));
+    }
+    for (uint32_t x = threadIdx.x; x < d; x += blockDim.x)
+        m::store_elem(vs[x], g.dtype, kvc_kv_address(&g.layout, table, pos, KVC_PLANE_V, h, x));
+}
+
+// ---- attention ----
+
+// The online-softmax states a block keeps in shared memory: l and m per row, o per (row, dim).
+struct RowStates {
+    float* m; // [kTileRows]
+    float* l; // [kTileRows]
+    float* o; // [kTileRows][head_dim]
+};
+
+__device__ void clear_states(RowStates s, uint32_t n_rows, uint32_t d) {
+    for (uint32_t x = threadIdx.x; x < n_rows * d; x += blockDim.x) s.o[x] = 0.0f;
+    if (threadIdx.x < n_rows) {
+        s.m[threadIdx.x] = -INFINITY;
+        s.l[threadIdx.x] = 0.0f;
+    }
+}
+
+// phase merge: into := into ∪ from, row by row (state_merge, with o spread over the threads).
+__device__ void merge_states(RowStates into, RowStates from, uint32_t n_rows, uint32_t d, MergeScales* scales) {
+    __syncthreads();
+    if (threadIdx.x < n_rows) scales[threadIdx.x] = merge_scales(into.m[threadIdx.x], from.m[threadIdx.x]);
+    __syncthreads();
+    for (uint32_t x = threadIdx.x; x < n_rows * d; x += blockDim.x)
+        into.o[x] = merge_apply(scales[x / d], into.o[x], from.o[x]);
+    if (threadIdx.x < n_rows) {
+        const uint32_t r = threadIdx.x;
+        into.l[r] = merge_apply(scales[r], into.l[r], from.l[r]);
+        into.m[r] = merge_max(scales[r], into.m[r], from.m[r]);
+    }
+    __syncthreads();
+}
+
+// phase load (K or V rows): keys k0 + c0 .. + n of one KV head, widened to f32, into rows of stride d + 1 (the
+// stride keeps the score phase, where the 32 lanes of a warp read 32 different keys, free of bank conflicts).
+__device__ void stage_rows(const Geometry& g, const uint32_t* table, uint32_t plane, uint32_t kv_head, uint64_t key0,
+                           uint32_t n, float* dst) {
+    // one warp per row: the row's address once (kvc_kv_address divides by the block size), then its elements by
+    // consecutive lanes (coalesced: one head's row is contiguous in its block)
+    const uint32_t d = g.head_dim, lane = threadIdx.x % 32;
+    for (uint32_t j = threadIdx.x / 32; j < n; j += blockDim.x / 32) {
+        const uint8_t* row = kvc_kv_address(&g.layout, table, key0 + j, plane, kv_head, 0);
+        for (uint32_t c = lane; c < d; c += 32) dst[j * (d + 1) + c] = m::load_elem(row + c * g.layout.elem_bytes, g.dtype);
+    }
+}
+
+__device__ float warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+// A fixed butterfly: every lane ends with the same sum, made in the same order whatever the row or the tile.
+__device__ float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = x + __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// The exact state of every row of the tile over the split [k0, k0 + nk) (nk <= kSplitKeys), into `split`.
+__device__ void split_state(const Geometry& g, const uint32_t* table, uint32_t kv_head, const float* q_s,
+                            const uint32_t* limit, uint32_t n_rows, uint32_t k0, uint32_t nk, float* kv_s, float* p_s,
+                            RowStates split) {
+    const uint32_t d = g.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    // phase scores: s = (q . k) * scale; one staged K row serves every row of the tile (the GQA group)
+    for (uint32_t c0 = 0; c0 < nk; c0 += kChunkKeys) {
+        const uint32_t nc = min(kChunkKeys, nk - c0);
+        __syncthreads();
+        stage_rows(g, table, KVC_PLANE_K, kv_head, static_cast<uint64_t>(k0) + c0, nc, kv_s);
+        __syncthreads();
+        for (uint32_t x = threadIdx.x; x < n_rows * kChunkKeys; x += blockDim.x) {
+            const uint32_t r = x / kChunkKeys, j = x % kChunkKeys;
+            if (j >= nc || k0 + c0 + j >= limit[r]) continue; // past the row's causal limit: never computed
+            const float* qr = q_s + r * d;
+            const float* kr = kv_s + j * (d + 1);
+            float dot = 0.0f;
+            for (uint32_t c = 0; c < d; ++c) dot = dot + qr[c] * kr[c];
+            p_s[r * kSplitKeys + c0 + j] = dot * g.scale;
+        }
+    }
+    __syncthreads();
+    // phase online softmax: the row's max, p = exp(s - max) and their sum; one warp per row
+    for (uint32_t r = warp; r < n_rows; r += warps) {
+        const uint32_t n = limit[r] > k0 ? min(limit[r] - k0, nk) : 0;
+        if (n == 0) { // the split lies past the row's causal limit: the empty state
+            if (lane == 0) {
+                split.m[r] = -INFINITY;
+                split.l[r] = 0.0f;
+            }
+            continue;
+        }
+        float* pr = p_s + r * kSplitKeys;
+        float mx = -INFINITY;
+        for (uint32_t j = lane; j < n; j += 32) mx = fmaxf(mx, pr[j]);
+        mx = warp_max(mx);
+        float sum = 0.0f;
+        for (uint32_t j = lane; j < n; j += 32) {
+            const float p = expf(pr[j] - mx);
+            pr[j] = p;
+            sum = sum + p;
+        }
+        sum = warp_sum(sum);
+        if (lane == 0) {
+            split.m[r] = mx;
+            split.l[r] = sum;
+        }
+    }
+    // phase accumulate: o = sum_j p_j v_j in key order; keys past a row's limit are skipped, never multiplied by 0
+    for (uint32_t x = threadIdx.x; x < n_rows * d; x += blockDim.x) split.o[x] = 0.0f;
+    for (uint32_t c0 = 0; c0 < nk; c0 += kChunkKeys) {
+        const uint32_t nc = min(kChunkKeys, nk - c0);
+        __syncthreads();
+        stage_rows(g, table, KVC_PLANE_V, kv_head, static_cast<uint64_t>(k0) + c0, nc, kv_s);
+        __syncthreads();
+        for (uint32_t x = threadIdx.x; x < n_rows * d; x += blockDim.x) {
+            const uint32_t r = x / d, c = x % d;
+            const uint32_t lim = limit[r] > k0 + c0 ? min(limit[r] - (k0 + c0), nc) : 0;
+            const float* pr = p_s + r * kSplitKeys + c0;
+            float acc = split.o[x];
+            for (uint32_t j = 0; j < lim; ++j) acc = acc + pr[j] * kv_s[j * (d + 1) + c];
+            split.o[x] = acc;
+        }
+    }
+    __syncthreads();
+}
+
+// One work item: a tile of rows of one (stream, KV head) over segments [seg_begin, seg_end).
+__global__ void __launch_bounds__(kThreads) attend_kernel(Geometry g, const CallDesc* calls, const uint32_t* tables,
+                                                          const float* q, float* out, const WorkItem* items,
+                                                          float* pm, float* pl, float* po) {
+    extern __shared__ float smem[];
+    __shared__ uint32_t limit[kTileRows];
+    __shared__ float st[6][kTileRows];
+    __shared__ MergeScales scales[kTileRows];
+    const WorkItem w = items[blockIdx.x];
+    const CallDesc c = calls[w.call];
+    const uint32_t d = g.head_dim, R = w.n_rows, G = g.group;
+    const uint32_t* table = tables + c.table_offset;
+    float* q_s = smem;                                  // [kTileRows][d]
+    float* kv_s = q_s + kTileRows * d;                  // [kChunkKeys][d + 1]
+    float* p_s = kv_s + kChunkKeys * (d + 1);           // [kTileRows][kSplitKeys]
+    const RowStates split{st[0], st[1], p_s + kTileRows * kSplitKeys};
+    const RowStates seg{st[2], st[3], split.o + kTileRows * d};
+    const RowStates tot{st[4], st[5], seg.o + kTileRows * d};
+
+    // phase load: the tile's queries, rotated by their positions
+    for (uint32_t x = threadIdx.x; x < R * d; x += blockDim.x) {
+        const uint32_t r = x / d, row = w.row0 + r, t = row / G, h = w.kv_head * G + row % G;
+        q_s[x] = q[((static_cast<uint64_t>(c.token_base) + t) * g.n_q_heads + h) * d + x % d];
+    }
+    if (threadIdx.x < R) limit[threadIdx.x] = c.len_before + (w.row0 + threadIdx.x) / G + 1; // its own key included
+    __syncthreads();
+    if (g.rope != m::kRopeNone)
+        for (uint32_t x = threadIdx.x; x < R * (d / 2); x += blockDim.x) {
+            const uint32_t r = x / (d / 2), j = x % (d / 2);
+            uint32_t a, b;
+            m::rope_pair(g.rope, d, j, &a, &b);
+            double cs, sn;
+            m::rope_cos_sin(static_cast<uint64_t>(limit[r]) - 1, g.inv_freq[j], &cs, &sn);
+            m::rope_rotate(q_s + r * d + a, q_s + r * d + b, cs, sn);
+        }
+    clear_states(tot, R, d);
+    const uint32_t max_limit = c.len_before + (w.row0 + R - 1) / G + 1; // rows are token-major: the last sees most
+
+    for (uint32_t sg = w.seg_begin; sg < w.seg_end; ++sg) {
+        __syncthreads();
+        clear_states(seg, R, d);
+        for (uint32_t sp = 0; sp < kSegmentSplits; ++sp) {
+            const uint32_t k0 = (sg * kSegmentSplits + sp) * kSplitKeys;
+            if (k0 >= max_limit) break; // every row's state of this split is empty: merging it is an exact no-op
+            split_state(g, table, w.kv_head, q_s, limit, R, k0, min(kSplitKeys, max_limit - k0), kv_s, p_s, split);
+            merge_states(seg, split, R, d, scales);
+        }
+        merge_states(tot, seg, R, d, scales);
+    }
+
+    // phase store
+    for (uint32_t x = threadIdx.x; x < R * d; x += blockDim.x) {
+        const uint32_t r = x / d, row = w.row0 + r, t = row / G, h = w.kv_head * G + row % G;
+        if (w.final)
+            out[((static_cast<uint64_t>(c.token_base) + t) * g.n_q_heads + h) * d + x % d] =
+                normalize_elem(tot.m[r], tot.l[r], tot.o[x]);
+        else
+            po[(static_cast<uint64_t>(w.partial) + r) * d + x % d] = tot.o[x];
+    }
+    if (!w.final && threadIdx.x < R) {
+        pm[w.partial + threadIdx.x] = tot.m[threadIdx.x];
+        pl[w.partial + threadIdx.x] = tot.l[threadIdx.x];
+    }
+}
+
+// phase merge (spread tiles): fold the segment states of each row in segment order, normalize, store. Every thread
+// folds m and l itself (the same operations in the same order as the in-kernel fold) next to its own o elements.
+__global__ void merge_kernel(Geometry g, const CallDesc* calls, float* out, const MergeItem* merges, const float* pm,
+                             const float* pl, const float* po) {
+    const MergeItem mi = merges[blockIdx.x];
+    const CallDesc c = calls[mi.call];
+    const uint32_t d = g.head_dim, R = mi.n_rows, G = g.group;
+    for (uint32_t x = threadIdx.x; x < R * d; x += blockDim.x) {
+        const uint32_t r = x / d, row = mi.row0 + r, t = row / G, h = mi.kv_head * G + row % G;
+        float mm = -INFINITY, l = 0.0f, o = 0.0f;
+        for (uint32_t i = 0; i < mi.n_segments; ++i) {
+            const uint64_t p = static_cast<uint64_t>(mi.first_partial) + static_cast<uint64_t>(i) * R + r;
+            const MergeScales s = merge_scales(mm, pm[p]);
+            o = merge_apply(s, o, po[p * d + x % d]);
+            l = merge_apply(s, l, pl[p]);
+            mm = merge_max(s, mm, pm[p]);
+        }
+        out[((static_cast<uint64_t>(c.token_base) + t) * g.n_q_heads + h) * d + x % d] = normalize_elem(mm, l, o);
+    }
+}
+
+// ---- read_kv: rows as stored, one CUDA block per (row, KV head) ----
+__global__ void gather_kernel(Geometry g, const uint32_t* table, uint32_t pos, uint8_t* k_out, uint8_t* v_out) {
+    const uint32_t i = blockIdx.x, h = blockIdx.y, d = g.head_dim, es = g.layout.elem_bytes;
+    const uint64_t dst = (static_cast<uint64_t>(i) * g.n_kv_heads + h) * d * es;
+    for (uint32_t x = threadIdx.x; x < d; x += blockDim.x) {
+        const uint8_t* ks = kvc_kv_address(&g.layout, table, static_cast<uint64_t>(pos) + i, KVC_PLANE_K, h, x);
+        const uint8_t* vs = kvc_kv_address(&g.layout, table, static_cast<uint64_t>(pos) + i, KVC_PLANE_V, h, x);
+        if (es == 4) {
+            reinterpret_cast<uint32_t*>(k_out + dst)[x] = *reinterpret_cast<const uint32_t*>(ks);
+            reinterpret_cast<uint32_t*>(v_out + dst)[x] = *reinterpret_cast<const uint32_t*>(vs);
+        } else {
+            reinterpret_cast<uint16_t*>(k_out + dst)[x] = *reinterpret_cast<const uint16_t*>(ks);
+            reinterpret_cast<uint16_t*>(v_out + dst)[x] = *reinterpret_cast<const uint16_t*>(vs);
+        }
+    }
+}
+
+uint32_t threads_for(uint32_t d) { return d >= 128 ? 128u : d >= 64 ? 64u : 32u; }
+
+} // namespace
+
+uint64_t attention_shared_bytes(uint32_t head_dim) {
+    const uint64_t d = head_dim;
+    return sizeof(float) * (kTileRows * d + kChunkKeys * (d + 1) + kTileRows * kSplitKeys + 3 * kTileRows * d);
+}
+
+cudaError_t prepare_attention(uint32_t head_dim) {
+    return cudaFuncSetAttribute(attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(attention_shared_bytes(head_dim)));
+}
+
+cudaError_t launch_append(const Geometry& g, const CallDesc* calls, const uint32_t* token_call, uint32_t total,
+                          const uint32_t* tables, const float* k, const float* v, cudaStream_t s) {
+    if (total == 0) return cudaSuccess;
+    append_kernel<<<dim3(total, g.n_kv_heads), threads_for(g.head_dim), 0, s>>>(g, calls, token_call, tables, k, v);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_attention(const Geometry& g, const CallDesc* calls, const uint32_t* tables, const float* q,
+                             float* out, const WorkItem* items, uint32_t n_items, const MergeItem* merges,
+                             uint32_t n_merge, float* partial_m, float* partial_l, float* partial_o,
+                             cudaStream_t s) {
+    if (n_items > 0) {
+        attend_kernel<<<n_items, kThreads, attention_shared_bytes(g.head_dim), s>>>(g, calls, tables, q, out, items,
+                                                                                   partial_m, partial_l, partial_o);
+        if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    }
+    if (n_merge > 0) {
+        merge_kernel<<<n_merge, kThreads, 0, s>>>(g, calls, out, merges, partial_m, partial_l, partial_o);
+        if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t launch_gather(const Geometry& g, const uint32_t* table, uint32_t pos, uint32_t n, uint8_t* k_out,
+                          uint8_t* v_out, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    gather_kernel<<<dim3(n, g.n_kv_heads), threads_for(g.head_dim), 0, s>>>(g, table, pos, k_out, v_out);
+    return cudaGetLastError();
+}
+
+} // namespace kvc::cuda
+
+namespace kvc::cuda {
+cudaError_t kernels_loadable() {
+    cudaFuncAttributes a;
+    return cudaFuncGetAttributes(&a, attend_kernel);
+}
+} // namespace kvc::cuda

@@ -1,0 +1,441 @@
+// Files and numbers a hostile user controls (issue 13, items 5-8): kvcheck never reads outside the directory it was
+// given, never replaces what is not a regular file, never leaves a half-written or mixed set of files when killed,
+// never narrows an integer silently, and never lets a number like 1e400 escape. The real binary runs through the
+// shell; KVC_TEST_KVCHECK (environment) runs these tests against another build of it, e.g. an older one, to see
+// them fail there. docs/bad-input.md names these tests row by row.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+void spit(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary | std::ios::trunc) << text; }
+
+struct Outcome {
+    int rc = -1;
+    std::string all;
+};
+
+const char* kResults = R"({"kvcheck_results": 1, "implementation": "none", "pipeline": "f32",
+                           "capabilities": ["dtype f32", "dtype f16", "dtype bf16", "rope neox", "rope gptj", "gqa",
+                                            "chunked", "fork", "release", "batch"]})";
+
+class HostileFiles : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = fs::path(KVC_HOSTILE_WORK_DIR) / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+    }
+
+    // Runs kvcheck in the test's directory with optional environment assignments ("A=1 "), capturing everything.
+    Outcome kvcheck(const std::string& args, const std::string& env = "") {
+        const char* other = std::getenv("KVC_TEST_KVCHECK");
+        const std::string bin = other && *other ? other : KVC_CLI_BINARY;
+        const fs::path log = dir_ / "output.txt";
+        const std::string cmd = "cd " + quote(dir_.string()) + " && " + env + quote(bin) + " " + args + " >" +
+                                quote(log.string()) + " 2>&1";
+        const int status = std::system(cmd.c_str());
+        Outcome r;
+        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        r.all = slurp(log);
+        return r;
+    }
+
+    // One small export (EQUIV, f32, one case) and an empty results directory with a results manifest: grading it
+    // gives ERROR "no results" (exit 1) and writes whatever reports were asked for.
+    void vectors_and_results() {
+        ASSERT_EQ(kvcheck("export --out v --cases 1 --properties EQUIV --dtypes f32").rc, 0);
+        fs::create_directories(dir_ / "r");
+        spit(dir_ / "r" / "manifest.json", kResults);
+    }
+
+    json manifest() { return json::parse(slurp(dir_ / "v" / "manifest.json")); }
+    void set_manifest(const json& m) { spit(dir_ / "v" / "manifest.json", m.dump(1)); }
+
+    // A file outside the vectors directory whose first 8 bytes, read as a header length, give a known number.
+    std::string secret() {
+        spit(dir_ / "secret.txt", "SECRET-1 the first eight bytes must never be shown");
+        uint64_t n = 0;
+        const std::string s = "SECRET-1";
+        for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(s[static_cast<size_t>(i)]);
+        return std::to_string(n);
+    }
+
+    bool has_temporaries(const fs::path& d) {
+        for (const auto& e : fs::directory_iterator(d)) {
+            const std::string n = e.path().filename().string();
+            if (n.find(".tmp") != std::string::npos || n.find("kvcheck-tmp") != std::string::npos) return true;
+        }
+        return false;
+    }
+
+    fs::path dir_;
+};
+
+// ---- item 5: grade reads only inside the vectors and results directories ----
+
+TEST_F(HostileFiles, GradeRefusesAnAbsoluteInputsPathWithoutShowingTheFile) {
+    vectors_and_results();
+    const std::string number = secret();
+    json m = manifest();
+    m["cases"][0]["inputs"] = (dir_ / "secret.txt").string();
+    set_manifest(m);
+    const Outcome o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("absolute path"), std::string::npos) << o.all;
+    EXPECT_EQ(o.all.find(number), std::string::npos) << "the file's first bytes were shown: " << o.all;
+    EXPECT_EQ(o.all.find("SECRET"), std::string::npos) << o.all;
+}
+
+TEST_F(HostileFiles, GradeRefusesDotDotInAnInputsPath) {
+    vectors_and_results();
+    const std::string number = secret();
+    json m = manifest();
+    m["cases"][0]["inputs"] = "inputs/../../secret.txt";
+    set_manifest(m);
+    const Outcome o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("\"..\""), std::string::npos) << o.all;
+    EXPECT_EQ(o.all.find(number), std::string::npos) << o.all;
+}
+
+TEST_F(HostileFiles, GradeRefusesASymbolicLinkLeadingOutOfTheVectors) {
+    vectors_and_results();
+    const std::string number = secret();
+    json m = manifest();
+    const std::string inputs = m["cases"][0]["inputs"].get<std::string>();
+    fs::remove(dir_ / "v" / inputs);
+    fs::create_symlink(dir_ / "secret.txt", dir_ / "v" / inputs);
+    const Outcome o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("symbolic link"), std::string::npos) << o.all;
+    EXPECT_EQ(o.all.find(number), std::string::npos) << o.all;
+}
+
+TEST_F(HostileFiles, GradeRefusesAResultsFileThatLinksOutOfTheResults) {
+    vectors_and_results();
+    const std::string number = secret();
+    const std::string stem = manifest()["cases"][0]["file"].get<std::string>();
+    fs::create_symlink(dir_ / "secret.txt", dir_ / "r" / (stem + ".safetensors"));
+    spit(dir_ / "r" / (stem + ".json"), "{}");
+    const Outcome o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("symbolic link"), std::string::npos) << o.all;
+    EXPECT_EQ(o.all.find(number), std::string::npos) << o.all;
+}
+
+// ---- item 7: what is read is a regular file of bounded size ----
+
+// A FIFO would block the reader forever (no writer ever comes); /dev/zero would be read until memory runs out.
+TEST_F(HostileFiles, FifosAndDevicesAndHugeFilesAreRefusedWithoutBlocking) {
+    vectors_and_results();
+    const std::string stem = manifest()["cases"][0]["file"].get<std::string>();
+    ASSERT_EQ(::mkfifo((dir_ / "r" / (stem + ".safetensors")).c_str(), 0600), 0);
+    spit(dir_ / "r" / (stem + ".json"), "{}");
+    const Outcome results = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(results.rc, 2) << results.all;
+    EXPECT_NE(results.all.find("not a regular file"), std::string::npos) << results.all;
+
+    fs::rename(dir_ / "v" / "manifest.json", dir_ / "manifest.saved");
+    ASSERT_EQ(::mkfifo((dir_ / "v" / "manifest.json").c_str(), 0600), 0);
+    const Outcome vectors = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(vectors.rc, 2) << vectors.all;
+    EXPECT_NE(vectors.all.find("not a regular file"), std::string::npos) << vectors.all;
+
+    const Outcome zero = kvcheck("export --out w --caps /dev/zero");
+    EXPECT_EQ(zero.rc, 2) << zero.all;
+    EXPECT_NE(zero.all.find("not a regular file"), std::string::npos) << zero.all;
+
+    { // valid JSON, 65 MiB of it: over the 64 MiB limit of a JSON document
+        std::ofstream big(dir_ / "big.json", std::ios::binary);
+        big << "{\"capabilities\": []";
+        const std::string spaces(1 << 20, ' ');
+        for (int i = 0; i < 65; ++i) big << spaces;
+        big << "}";
+    }
+    const Outcome big = kvcheck("export --out w --caps big.json");
+    EXPECT_EQ(big.rc, 2) << big.all;
+    EXPECT_NE(big.all.find("limit"), std::string::npos) << big.all;
+    fs::remove(dir_ / "big.json");
+}
+
+// ---- item 5: report targets ----
+
+TEST_F(HostileFiles, AFifoAsReportIsRefusedBeforeGradingAndStaysAFifo) {
+    vectors_and_results();
+    ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0600), 0);
+    const Outcome o = kvcheck("grade --vectors v --results r --report fifo");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("not a regular file"), std::string::npos) << o.all;
+    EXPECT_EQ(o.all.find("summary:"), std::string::npos) << "refused only after grading: " << o.all;
+    EXPECT_TRUE(fs::is_fifo(fs::symlink_status(dir_ / "fifo")));
+}
+
+TEST_F(HostileFiles, ASymbolicLinkAsJunitIsRefusedAndItsTargetUntouched) {
+    vectors_and_results();
+    spit(dir_ / "precious.txt", "keep me");
+    fs::create_symlink(dir_ / "precious.txt", dir_ / "link.xml");
+    const Outcome o = kvcheck("grade --vectors v --results r --junit link.xml");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("symbolic link"), std::string::npos) << o.all;
+    EXPECT_TRUE(fs::is_symlink(dir_ / "link.xml"));
+    EXPECT_EQ(slurp(dir_ / "precious.txt"), "keep me");
+}
+
+TEST_F(HostileFiles, ADirectoryAsReportIsRefused) {
+    vectors_and_results();
+    fs::create_directories(dir_ / "out.json");
+    const Outcome o = kvcheck("grade --vectors v --results r --report out.json");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_TRUE(fs::is_directory(dir_ / "out.json"));
+}
+
+TEST_F(HostileFiles, ReportAndJunitNamingOneFileAreRefusedByIdentity) {
+    vectors_and_results();
+    spit(dir_ / "a.json", "old");
+    for (const char* other : {"./a.json", "v/../a.json"}) {
+        const Outcome o = kvcheck(std::string("grade --vectors v --results r --report a.json --junit ") + other);
+        EXPECT_EQ(o.rc, 2) << other << ": " << o.all;
+        EXPECT_NE(o.all.find("same file"), std::string::npos) << o.all;
+        EXPECT_EQ(slurp(dir_ / "a.json"), "old");
+    }
+    fs::create_hard_link(dir_ / "a.json", dir_ / "b.xml"); // two names, one file
+    const Outcome o = kvcheck("grade --vectors v --results r --report a.json --junit b.xml");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    fs::remove(dir_ / "a.json");
+    fs::remove(dir_ / "b.xml");
+    const Outcome absent = kvcheck("grade --vectors v --results r --report n.json --junit ./n.json"); // neither exists
+    EXPECT_EQ(absent.rc, 2) << absent.all;
+    EXPECT_FALSE(fs::exists(dir_ / "n.json"));
+}
+
+TEST_F(HostileFiles, ValidateRefusesAFifoOrSymlinkAsReportBeforeRunning) {
+    ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0600), 0);
+    spit(dir_ / "precious.txt", "keep me");
+    fs::create_symlink(dir_ / "precious.txt", dir_ / "link.json");
+    for (const char* args : {"--report fifo", "--junit fifo", "--report link.json"}) {
+        const Outcome o = kvcheck(std::string("validate --builtin example --filter '^EQUIV/0$' --timeout 600 ") + args);
+        EXPECT_EQ(o.rc, 2) << args << ": " << o.all;
+        EXPECT_EQ(o.all.find("verdict table"), std::string::npos) << "refused only after the run: " << o.all;
+    }
+    EXPECT_TRUE(fs::is_fifo(fs::symlink_status(dir_ / "fifo")));
+    EXPECT_EQ(slurp(dir_ / "precious.txt"), "keep me");
+}
+
+// Killed (SIGKILL) at every step of writing the pair: each file is the old one or the complete new one, a new XML
+// never sits beside an old JSON nor a new JSON beside an old XML, and the next run leaves no temporary.
+TEST_F(HostileFiles, KilledAtAnyStepOfWritingTheReportPairLeavesNoMixtureAndNoTemporary) {
+    vectors_and_results();
+    const std::string args = "grade --vectors v --results r --report g.json --junit g.xml";
+    for (int step = 0; step < 6; ++step) {
+        spit(dir_ / "g.json", "OLD JSON");
+        spit(dir_ / "g.xml", "OLD XML");
+        const Outcome o = kvcheck(args, "KVCHECK_TEST_REPORT_KILL_AT=" + std::to_string(step) + " ");
+        EXPECT_EQ(o.rc, 128 + 9) << "step " << step << ": the kill hook did not fire: " << o.all;
+        const bool has_json = fs::exists(dir_ / "g.json"), has_xml = fs::exists(dir_ / "g.xml");
+        const std::string j = has_json ? slurp(dir_ / "g.json") : "", x = has_xml ? slurp(dir_ / "g.xml") : "";
+        const bool new_json = has_json && j != "OLD JSON", new_xml = has_xml && x != "OLD XML";
+        if (new_json) {
+            EXPECT_TRUE(json::accept(j)) << "step " << step << ": a torn JSON report";
+            EXPECT_TRUE(new_xml) << "step " << step << ": a new JSON report beside an old or missing XML";
+        }
+        if (new_xml) {
+            EXPECT_NE(x.find("</testsuites>"), std::string::npos) << "step " << step << ": a torn XML";
+        }
+        if (has_json && !new_json) {
+            EXPECT_FALSE(new_xml) << "step " << step << ": an old JSON beside a new XML";
+        }
+        const Outcome again = kvcheck(args);
+        EXPECT_EQ(again.rc, 1) << again.all;
+        EXPECT_TRUE(json::accept(slurp(dir_ / "g.json")));
+        EXPECT_NE(slurp(dir_ / "g.xml").find("</testsuites>"), std::string::npos);
+        EXPECT_FALSE(has_temporaries(dir_)) << "step " << step << ": a temporary survived the next run";
+    }
+}
+
+TEST_F(HostileFiles, ANormalRunLeavesNoTemporary) {
+    vectors_and_results();
+    EXPECT_EQ(kvcheck("grade --vectors v --results r --report g.json --junit g.xml").rc, 1);
+    EXPECT_TRUE(fs::exists(dir_ / "g.json") && fs::exists(dir_ / "g.xml"));
+    EXPECT_FALSE(has_temporaries(dir_));
+}
+
+// ---- item 5: export ----
+
+TEST_F(HostileFiles, AKilledReExportLeavesNoManifestOverNewFiles) {
+    ASSERT_EQ(kvcheck("export --out v --cases 2 --properties EQUIV --dtypes f32 --seed 1").rc, 0);
+    const Outcome killed = kvcheck("export --out v --cases 2 --properties EQUIV --dtypes f32 --seed 2",
+                                   "KVCHECK_TEST_EXPORT_KILL_BEFORE_MANIFEST=1 ");
+    EXPECT_EQ(killed.rc, 128 + 9) << killed.all;
+    EXPECT_FALSE(fs::exists(dir_ / "v" / "manifest.json")) << "the old manifest now indexes new files";
+    fs::create_directories(dir_ / "r");
+    spit(dir_ / "r" / "manifest.json", kResults);
+    const Outcome g = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(g.rc, 2) << g.all;
+    EXPECT_NE(g.all.find("manifest.json"), std::string::npos) << g.all;
+    EXPECT_FALSE(has_temporaries(dir_ / "v"));
+}
+
+TEST_F(HostileFiles, ExportCasesTooLargeIsRefusedAndTheManifestKept) {
+    ASSERT_EQ(kvcheck("export --out v --cases 1 --properties EQUIV --dtypes f32").rc, 0);
+    const std::string before = slurp(dir_ / "v" / "manifest.json");
+    const Outcome o = kvcheck("export --out v --cases 2147483647 --properties EQUIV --dtypes f32");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("--cases"), std::string::npos) << o.all;
+    EXPECT_EQ(slurp(dir_ / "v" / "manifest.json"), before);
+}
+
+// ---- item 6: numbers ----
+
+// max_head_dim 1 leaves no even head_dim: a RoPE case is drawn with head_dim 2 and refused as outside the limit
+// (NOT_SUPPORTED), never drawn with an odd head_dim (which `replay` would refuse and the plugin be blamed for).
+TEST_F(HostileFiles, MaxHeadDimOneNeverDrawsRopeWithAnOddHeadDim) {
+    spit(dir_ / "caps.json", R"({"capabilities": ["dtype f32", "rope neox", "rope gptj", "gqa", "chunked"],
+                                  "limits": {"max_head_dim": 1}})");
+    const Outcome o = kvcheck("export --out v --cases 20 --properties EQUIV,CACHE-CONTENT --caps caps.json");
+    ASSERT_EQ(o.rc, 0) << o.all;
+    const json m = manifest();
+    int rope_refused = 0;
+    for (const json& c : m["cases"]) {
+        EXPECT_LE(c["config"]["head_dim"].get<int>(), 1) << c["id"];
+        if (c["config"]["rope"] != "none") {
+            EXPECT_EQ(c["config"]["head_dim"].get<int>() % 2, 0) << c["id"];
+        }
+    }
+    for (const json& n : m["not_supported"])
+        for (const json& w : n["needs"]) rope_refused += w.get<std::string>().rfind("head_dim 2 > 1", 0) == 0;
+    EXPECT_GT(rope_refused, 0) << "no RoPE case was drawn at all: the test proves nothing";
+}
+
+TEST_F(HostileFiles, ANumberLike1e400InAManifestIsBadInputNamingTheFile) {
+    vectors_and_results();
+    std::string text = slurp(dir_ / "v" / "manifest.json");
+    const std::string seed = "\"seed\": " + std::to_string(manifest()["seed"].get<uint64_t>());
+    ASSERT_NE(text.find(seed), std::string::npos);
+    text.replace(text.find(seed), seed.size(), "\"seed\": 1e400");
+    spit(dir_ / "v" / "manifest.json", text);
+    const Outcome o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("v/manifest.json"), std::string::npos) << o.all;
+    ASSERT_EQ(kvcheck("export --out v --cases 1 --properties EQUIV --dtypes f32").rc, 0); // a good manifest again
+    spit(dir_ / "r" / "manifest.json", R"({"kvcheck_results": 1e400, "implementation": "x", "pipeline": "f32"})");
+    const Outcome r = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(r.rc, 2) << r.all;
+    EXPECT_NE(r.all.find("r/manifest.json"), std::string::npos) << r.all;
+}
+
+TEST_F(HostileFiles, AnIndexOf2To32IsNotNarrowed) {
+    vectors_and_results();
+    json m = manifest();
+    m["cases"][0]["index"] = 4294967296ull;
+    set_manifest(m);
+    const Outcome o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("\"index\""), std::string::npos) << o.all;
+}
+
+TEST_F(HostileFiles, ADuplicatedKeyInAManifestIsRefused) {
+    vectors_and_results();
+    std::string text = slurp(dir_ / "v" / "manifest.json");
+    text.insert(text.find('{') + 1, "\"seed\": 7, ");
+    spit(dir_ / "v" / "manifest.json", text);
+    const Outcome o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("appears twice"), std::string::npos) << o.all;
+}
+
+// A replay file's sizes of 2^32 and more, a rope_theta that overflows float32, a mismatch coordinate too large for
+// int: each is bad input naming the field (exit 2), never a wrapped size run against the implementation.
+TEST_F(HostileFiles, ReplayFieldsThatWouldWrapOrOverflowAreBadInput) {
+    const json base = {{"kvcheck_replay", 1},
+                       {"id", "EQUIV/0"},
+                       {"property", "EQUIV"},
+                       {"seed", 1},
+                       {"case",
+                        {{"config",
+                          {{"n_layers", 1}, {"n_q_heads", 1}, {"n_kv_heads", 1}, {"head_dim", 4}, {"dtype", "f32"},
+                           {"rope", "neox"}, {"block_size_hint", 4}, {"max_seqs", 1}, {"max_tokens", 8},
+                           {"rope_theta", 10000.0}, {"scale", 0.5}}},
+                         {"ops", json::array({{{"op", "append"}, {"appends", json::array({{{"seq", 0}, {"n_new", 2}}})}}})},
+                         {"data_seed", 3}}}};
+    spit(dir_ / "ok.json", base.dump());
+    const Outcome ok = kvcheck("replay ok.json --builtin example --timeout 600");
+    ASSERT_EQ(ok.rc, 0) << "the unmodified replay file must pass: " << ok.all;
+    struct Edit {
+        const char* field;
+        json::json_pointer where;
+        json value;
+    };
+    const Edit edits[] = {
+        {"n_layers", json::json_pointer("/case/config/n_layers"), 4294967297ull},
+        {"n_new", json::json_pointer("/case/ops/0/appends/0/n_new"), 4294967296ull},
+        {"max_tokens", json::json_pointer("/case/config/max_tokens"), 4294967304ull},
+        {"rope_theta", json::json_pointer("/case/config/rope_theta"), 1e300},
+        {"scale", json::json_pointer("/case/config/scale"), 1e300},
+        {"pos", json::json_pointer("/expected_mismatch/pos"), 2.2e57},
+        {"seq", json::json_pointer("/expected_mismatch/seq"), 4294967296ull},
+    };
+    for (const Edit& e : edits) {
+        json doc = base;
+        doc[e.where] = e.value;
+        spit(dir_ / "bad.json", doc.dump());
+        const Outcome o = kvcheck("replay bad.json --builtin example --timeout 600");
+        EXPECT_EQ(o.rc, 2) << e.field << ": " << o.all;
+        EXPECT_NE(o.all.find(e.field), std::string::npos) << e.field << ": " << o.all;
+    }
+}
+
+// replay reads through the same bounded, strict reader as every other file (input_file.hpp).
+TEST_F(HostileFiles, ReplayRefusesHugeNumbersDevicesFifosAndDuplicateKeys) {
+    spit(dir_ / "big.json", R"({"kvcheck_replay": 1, "property": "EQUIV", "seed": 1e400})");
+    spit(dir_ / "dup.json", R"({"kvcheck_replay": 1, "kvcheck_replay": 1, "property": "EQUIV"})");
+    ASSERT_EQ(::mkfifo((dir_ / "fifo.json").c_str(), 0600), 0);
+    for (const char* file : {"big.json", "dup.json", "fifo.json", "/dev/zero"}) {
+        const Outcome o = kvcheck(std::string("replay ") + file + " --builtin example --timeout 600");
+        EXPECT_EQ(o.rc, 2) << file << ": " << o.all;
+        EXPECT_NE(o.all.find(file), std::string::npos) << "the message names the file: " << o.all;
+    }
+}
+
+TEST_F(HostileFiles, ValidateReportAndJunitNamingOneFileAreRefusedByIdentity) {
+    const Outcome o = kvcheck("validate --builtin example --filter '^EQUIV/0$' --report a.json --junit ./a.json");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("same file"), std::string::npos) << o.all;
+    EXPECT_FALSE(fs::exists(dir_ / "a.json"));
+}
+
+TEST_F(HostileFiles, AnUnwritableCounterexamplesDirectoryIsRefusedBeforeRunning) {
+    spit(dir_ / "plain-file", "not a directory");
+    const Outcome o = kvcheck("validate --builtin example --filter '^EQUIV/0$' --counterexamples plain-file/sub");
+    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_NE(o.all.find("counterexamples"), std::string::npos) << o.all;
+    EXPECT_EQ(o.all.find("verdict table"), std::string::npos) << "refused only after the run: " << o.all;
+}
+
+} // namespace

@@ -1,0 +1,327 @@
+// kvcheck against plugins that attack the harness rather than cache badly (tests/doubles/hostile_plugin.c): exits,
+// crashes and hangs while being loaded, an entry symbol that is data, writes past kvc_caps, forked grandchildren,
+// control characters in names, memory and output floods, and a fake device plugin for exec isolation (issue 13
+// items 1-3 and 9, issue 9). Each row of docs/bad-input.md about these names its test here.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+std::string hostile(const std::string& name) {
+    return "--plugin " + quote(std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_hostile_" + name + ".so");
+}
+
+std::string read_file(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+struct Outcome {
+    int rc = -1;
+    std::string out, err;
+    std::string all() const { return out + err; }
+};
+
+bool has_control_characters(const std::string& s, bool allow_lines) {
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if ((c < 0x20 || c == 0x7f) && !(allow_lines && (c == '\n' || c == '\t'))) return true;
+    }
+    return false;
+}
+
+class Hostile : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = fs::path(KVC_CLI_WORK_DIR) / ("Hostile." + std::string(::testing::UnitTest::GetInstance()
+                                                                           ->current_test_info()
+                                                                           ->name()));
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+    }
+
+    // As test_cli.cpp: a generous per-case timeout unless the test sets one, so that only timeout tests use time.
+    // KVC_TEST_KVCHECK=PATH runs the tests against another kvcheck build (how they were shown to fail before).
+    Outcome kvcheck(std::string args) {
+        if (args.find("--timeout") == std::string::npos) args += " --timeout 600";
+        const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+        const char* other = std::getenv("KVC_TEST_KVCHECK");
+        const std::string binary = other && *other ? other : KVC_CLI_BINARY;
+        const std::string cmd = "cd " + quote(dir_.string()) + " && " + quote(binary) + " " + args + " >" +
+                                quote(out.string()) + " 2>" + quote(err.string());
+        const int status = std::system(cmd.c_str());
+        Outcome r;
+        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        r.out = read_file(out);
+        r.err = read_file(err);
+        return r;
+    }
+
+    fs::path path(const std::string& name) const { return dir_ / name; }
+
+    nlohmann::json report() const {
+        return nlohmann::json::parse(read_file(path("report.json")), nullptr, false);
+    }
+
+    // A plugin that misbehaves while being loaded: exit 4 with a message containing `message`, no report at all.
+    void fails_loading(const std::string& name, const std::string& message, const std::string& extra = "") {
+        const Outcome r = kvcheck("validate " + hostile(name) + " --cases 2 --report report.json --junit junit.xml" +
+                                  extra);
+        EXPECT_EQ(r.rc, 4) << r.all();
+        EXPECT_NE(r.err.find("failed while being loaded"), std::string::npos) << r.all();
+        EXPECT_NE(r.err.find(message), std::string::npos) << r.all();
+        EXPECT_FALSE(fs::exists(path("report.json")));
+        EXPECT_FALSE(fs::exists(path("junit.xml")));
+    }
+
+    fs::path dir_;
+};
+
+std::map<std::string, std::string> verdicts_by_case(const nlohmann::json& rep) {
+    std::map<std::string, std::string> v;
+    for (const auto& c : rep.at("implementations").at(0).at("cases"))
+        v[c.at("id").get<std::string>()] = c.at("verdict").get<std::string>();
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Loading: every call into the plugin is in a child; none of them can end kvcheck with 0 (item 1) or crash or hang
+// it (item 2).
+
+TEST_F(Hostile, ExitZeroInAConstructorIsNeverSuccess) { fails_loading("ctor_exit0", "exit status 0"); }
+TEST_F(Hostile, ExitZeroInTheEntryFunctionIsNeverSuccess) { fails_loading("entry_exit0", "exit status 0"); }
+TEST_F(Hostile, ExitZeroInGetCapsIsNeverSuccess) { fails_loading("caps_exit0", "exit status 0"); }
+TEST_F(Hostile, AnEntryThatAbortsIsAClearError) { fails_loading("entry_abort", "SIGABRT"); }
+TEST_F(Hostile, GetCapsThatSegfaultsIsAClearError) { fails_loading("caps_segv", "SIGSEGV"); }
+TEST_F(Hostile, GetCapsWritingPastKvcCapsIsNamed) {
+    fails_loading("caps_overrun", "get_caps wrote 64 bytes past the end of the kvc_caps");
+}
+TEST_F(Hostile, ScribblingOnTheHarnessDescriptorsWhileLoadingIsAClearError) {
+    fails_loading("fd_scribbler", "something other than kvcheck wrote");
+}
+// Depends on time only through the timeout it sets (2 s): get_caps never returns.
+TEST_F(Hostile, GetCapsThatBlocksEndsWithTheTimeout) { fails_loading("caps_block", "2 s timeout", " --timeout 2"); }
+// The same in exec isolation: the probe goes through the re-executed kvcheck.
+TEST_F(Hostile, ExitZeroWhileLoadingUnderExecIsolation) {
+    fails_loading("entry_exit0", "exit status 0", " --isolation exec");
+}
+
+TEST_F(Hostile, AnEntrySymbolThatIsDataIsRefused) {
+    const Outcome r = kvcheck("validate " + hostile("data_entry") + " --cases 2 --report report.json");
+    EXPECT_EQ(r.rc, 2) << r.all();
+    EXPECT_NE(r.err.find("kvcheck_plugin_entry is not a function (a data object"), std::string::npos) << r.all();
+    EXPECT_FALSE(fs::exists(path("report.json")));
+}
+
+TEST_F(Hostile, ReplayAlsoLoadsInAChild) {
+    const Outcome first = kvcheck("validate --plugin " +
+                                  quote(std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_crash.so") +
+                                  " --filter '^EQUIV/' --cases 10 --report r.json");
+    ASSERT_EQ(first.rc, 1) << first.all();
+    std::string file;
+    const nlohmann::json rep = nlohmann::json::parse(read_file(path("r.json")));
+    for (const auto& c : rep.at("implementations").at(0).at("cases"))
+        if (c.contains("replay_file") && file.empty()) file = c.at("replay_file").get<std::string>();
+    ASSERT_FALSE(file.empty()) << first.out;
+    const Outcome r = kvcheck("replay " + quote(file) + " " + hostile("caps_exit0"));
+    EXPECT_EQ(r.rc, 4) << r.all();
+    EXPECT_NE(r.err.find("failed while being loaded"), std::string::npos) << r.all();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Inside a case
+
+// Item 9: exit(0) inside a case is CRASH (docs/cli.md), not ERROR and never a pass.
+TEST_F(Hostile, ExitZeroInsideACaseIsACrash) {
+    const Outcome r =
+        kvcheck("validate " + hostile("case_exit0") + " --filter '^EQUIV/' --cases 3 --report report.json");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    const nlohmann::json rep = report();
+    ASSERT_FALSE(rep.is_discarded()) << r.all();
+    const auto& cases = rep.at("implementations").at(0).at("cases");
+    ASSERT_EQ(cases.size(), 3u);
+    for (const auto& c : cases) {
+        EXPECT_EQ(c.at("verdict"), "CRASH") << c.dump();
+        EXPECT_NE(c.at("reason").get<std::string>().find("exit status 0"), std::string::npos) << c.dump();
+    }
+}
+
+// Item 3: a grandchild the plugin forked dies with its case (the case's process group is killed), not later.
+TEST_F(Hostile, ForkedGrandchildrenDoNotOutliveTheirCase) {
+    const Outcome r = kvcheck("validate " + hostile("forker") + " --filter '^EQUIV/' --cases 3 --report report.json");
+    EXPECT_EQ(r.rc, 0) << r.all(); // the cache itself is correct
+    std::vector<pid_t> pids;
+    std::istringstream in(read_file(path("hostile_forker_pids.txt")));
+    for (int pid; in >> pid;) pids.push_back(pid);
+    ASSERT_GE(pids.size(), 3u) << "each case's create() forks one";
+    // Dead means: gone, a zombie, or SIGKILL already pending (killing is asynchronous). The loop only waits for an
+    // already-sent SIGKILL to take effect; a survivor stays alive and fails the test whatever the wait.
+    const auto alive = [](pid_t pid) {
+        std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+        std::string line;
+        if (!std::getline(stat, line)) return false;
+        const std::size_t paren = line.rfind(')');
+        const char state = paren + 2 < line.size() ? line[paren + 2] : '?';
+        return state != 'Z' && state != 'X';
+    };
+    std::vector<pid_t> survivors;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+        survivors.clear();
+        for (pid_t p : pids)
+            if (alive(p)) survivors.push_back(p);
+        if (survivors.empty()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (pid_t p : survivors) kill(p, SIGKILL); // do not leave them behind for a day
+    EXPECT_TRUE(survivors.empty()) << survivors.size() << " of " << pids.size() << " grandchildren outlived kvcheck";
+}
+
+// Item 9: terminal control sequences in the plugin's name and version never reach the terminal or the reports raw.
+TEST_F(Hostile, ControlCharactersInNameAndVersionAreEscaped) {
+    const Outcome r = kvcheck("validate " + hostile("ctrl_name") +
+                              " --filter '^EQUIV/0$' --cases 1 --report report.json --junit junit.xml");
+    EXPECT_EQ(r.rc, 0) << r.all();
+    EXPECT_FALSE(has_control_characters(r.out, true)) << r.out;
+    EXPECT_FALSE(has_control_characters(r.err, true)) << r.err;
+    EXPECT_NE(r.out.find("evil\\x1b[2J\\x1b]0;pwned\\x07name\\x0d\\x0a"), std::string::npos) << r.out;
+    const nlohmann::json rep = report();
+    ASSERT_FALSE(rep.is_discarded());
+    const auto& impl = rep.at("implementations").at(0);
+    EXPECT_FALSE(has_control_characters(impl.at("name").get<std::string>(), false)) << impl.at("name");
+    EXPECT_FALSE(has_control_characters(impl.at("version").get<std::string>(), false)) << impl.at("version");
+    EXPECT_FALSE(has_control_characters(read_file(path("junit.xml")), true));
+}
+
+// Item 2 (output): a plugin printing without end is stopped by the bound on what kvcheck reads: an ERROR naming it.
+TEST_F(Hostile, EndlessOutputIsAnErrorNotAHang) {
+    const Outcome r =
+        kvcheck("validate " + hostile("chatter") + " --filter '^EQUIV/0$' --cases 1 --report report.json");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    const nlohmann::json rep = report();
+    ASSERT_FALSE(rep.is_discarded()) << r.all();
+    const auto& c = rep.at("implementations").at(0).at("cases").at(0);
+    EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
+    EXPECT_NE(c.at("reason").get<std::string>().find("wrote more than kvcheck reads"), std::string::npos) << c.dump();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Limits
+
+// The hog asks for 4 GiB (without touching it): allowed under the default host limit (8 GiB), refused under
+// --memory-limit 1G, which makes its cases ERROR naming the limit.
+TEST_F(Hostile, TheMemoryLimitMakesAnErrorNamingIt) {
+    const Outcome r = kvcheck("validate " + hostile("hog") +
+                              " --filter '^EQUIV/0$' --cases 1 --memory-limit 1G --report report.json");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    const nlohmann::json rep = report();
+    ASSERT_FALSE(rep.is_discarded()) << r.all();
+    EXPECT_EQ(rep.at("implementations").at(0).at("memory_limit_bytes"), 1ull << 30);
+    const auto& c = rep.at("implementations").at(0).at("cases").at(0);
+    EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
+    EXPECT_NE(c.at("reason").get<std::string>().find("exceeded its memory limit of 1 GiB"), std::string::npos)
+        << c.dump();
+
+    const Outcome unlimited = kvcheck("validate " + hostile("hog") + " --filter '^EQUIV/0$' --cases 1");
+    EXPECT_EQ(unlimited.rc, 0) << unlimited.all();
+}
+
+TEST_F(Hostile, MemoryLimitOptionIsChecked) {
+    for (const char* bad : {"10", "-1G", "lots", "64K", "1e3G"}) {
+        const Outcome r = kvcheck(std::string("validate --builtin example --cases 1 --memory-limit ") + bad);
+        EXPECT_EQ(r.rc, 2) << bad << "\n" << r.all();
+        EXPECT_NE(r.err.find("--memory-limit"), std::string::npos) << r.all();
+    }
+    const Outcome ok = kvcheck("validate --builtin example --filter '^EQUIV/0$' --cases 1 --memory-limit 2G "
+                               "--report report.json");
+    EXPECT_EQ(ok.rc, 0) << ok.all();
+    EXPECT_EQ(report().at("implementations").at(0).at("memory_limit_bytes"), 2ull << 30);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Exec isolation (issue 9)
+
+// A DEVICE plugin gets exec isolation and no default memory limit. The fake one refuses to create a cache in a
+// fork()ed copy of the process that loaded it, as a CUDA context would: it passes only if no case runs in one.
+TEST_F(Hostile, DevicePluginsRunUnderExecIsolation) {
+    // NO-Q and MEMORY of a DEVICE plugin need the device-memory watch (a CUDA runtime): not these properties.
+    const Outcome r = kvcheck("validate " + hostile("fake_device") +
+                              " --filter '^(EQUIV|CACHE-CONTENT|APPEND-ONLY|FORK|RELEASE)/' --cases 3 "
+                              "--report report.json");
+    EXPECT_EQ(r.rc, 0) << r.all();
+    const nlohmann::json rep = report();
+    ASSERT_FALSE(rep.is_discarded()) << r.all();
+    const auto& impl = rep.at("implementations").at(0);
+    EXPECT_EQ(impl.at("capabilities").at("memory_space"), "device");
+    EXPECT_EQ(impl.at("isolation"), "exec");
+    EXPECT_TRUE(impl.at("memory_limit_bytes").is_null());
+    EXPECT_EQ(rep.at("counts").at("ERROR"), 0) << r.out;
+    EXPECT_EQ(rep.at("counts").at("CRASH"), 0) << r.out;
+    EXPECT_NE(r.out.find("isolation: exec"), std::string::npos) << r.out;
+}
+
+// Exec and fork isolation judge the same: every case of the example plugin gets the same verdict both ways, and
+// a broken double's failures too.
+TEST_F(Hostile, ExecIsolationGivesTheSameVerdictsAsFork) {
+    // every property of the example; the rewriter's APPEND-ONLY failures (shrunk) and its other cores
+    for (const std::string& target :
+         {std::string("--builtin example"), "--plugin " +
+                                                quote(std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_rewriter.so") +
+                                                " --profile core"}) {
+        const Outcome fork_run = kvcheck("validate " + target + " --cases 3 --isolation fork --report fork.json");
+        const Outcome exec_run = kvcheck("validate " + target + " --cases 3 --isolation exec --report exec.json");
+        ASSERT_EQ(fork_run.rc, exec_run.rc) << fork_run.all() << exec_run.all();
+        const nlohmann::json f = nlohmann::json::parse(read_file(path("fork.json")));
+        const nlohmann::json e = nlohmann::json::parse(read_file(path("exec.json")));
+        EXPECT_EQ(f.at("implementations").at(0).at("isolation"), "fork");
+        EXPECT_EQ(e.at("implementations").at(0).at("isolation"), "exec");
+        EXPECT_EQ(verdicts_by_case(f), verdicts_by_case(e)) << target;
+        EXPECT_EQ(f.at("counts"), e.at("counts")) << target;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Options (item 6 and 9): numbers that would wrap or switch timeouts off are refused.
+
+TEST_F(Hostile, TimeoutMustBeAPositiveFiniteNumber) {
+    for (const char* bad : {"nan", "NaN", "inf", "0", "-1"}) {
+        const Outcome v = kvcheck(std::string("validate --builtin example --cases 1 --timeout ") + bad);
+        EXPECT_EQ(v.rc, 2) << bad << "\n" << v.all();
+        EXPECT_NE(v.err.find("--timeout"), std::string::npos) << v.all();
+        const Outcome r = kvcheck(std::string("replay nothing.json --builtin example --timeout ") + bad);
+        EXPECT_EQ(r.rc, 2) << bad << "\n" << r.all();
+        EXPECT_NE(r.err.find("--timeout"), std::string::npos) << r.all();
+    }
+}
+
+TEST_F(Hostile, NegativeSeedIsRefused) {
+    const Outcome r = kvcheck("validate --builtin example --cases 1 --seed -1");
+    EXPECT_EQ(r.rc, 2) << r.all();
+    EXPECT_NE(r.err.find("--seed"), std::string::npos) << r.all();
+}
+
+} // namespace
