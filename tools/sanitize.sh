@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# CI stage 2: builds everything under AddressSanitizer + UndefinedBehaviorSanitizer into build-asan/ (a separate
-# folder; build/ is untouched) and runs the ctest suite there with reduced case counts, less the longest sweeps.
+# Stage 3 of tools/test.sh (only with KVCHECK_WITH_SANITIZE=1): builds everything under AddressSanitizer +
+# UndefinedBehaviorSanitizer into build-asan/ (a separate folder; build/ is untouched) and runs the ctest suite there
+# with reduced case counts, less the longest sweeps.
 #   bash tools/sanitize.sh            configure, build, test
 #   SANITIZE_BUILD_ONLY=1 bash ...    configure and build only
 # Any sanitizer finding fails its test: recovery is compiled out (-fno-sanitize-recover=all).
