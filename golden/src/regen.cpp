@@ -9,6 +9,7 @@
 #include "strict_json.hpp"
 
 #include <memory>
+#include <stdexcept>
 
 namespace kvc::golden {
 namespace {
@@ -53,10 +54,16 @@ std::string regen_text(const std::string& name, const std::string& text, const O
     return canonical_json(doc);
 }
 
+std::vector<std::string> finish_interrupted_regen(const std::filesystem::path& dir) {
+    std::vector<std::string> finished;
+    if (std::string err = finish_interrupted(dir, finished); !err.empty()) throw std::runtime_error(err);
+    return finished;
+}
+
 std::vector<RegenResult> regen_dir(const std::filesystem::path& dir, std::string& internal_error) {
     std::vector<RegenResult> results;
     const auto files = golden_files(dir); // throws std::runtime_error: the caller reports bad input
-    remove_leftover_temporaries(dir);     // of a regen that was killed before its renames
+    finish_interrupted_regen(dir);        // a killed regen's set: completed (committed) or its temporaries dropped
     std::unique_ptr<Oracle> oracle;
     try {
         oracle = std::make_unique<Oracle>();

@@ -1,8 +1,11 @@
 // Decode attention over an f16 cache: (1) effective bandwidth against the same run's streaming read of a buffer of
 // the same size: 8 sequences x 8,192 tokens (256 MiB), MHA and GQA 8:1, 16- and 256-token blocks; one sequence of
 // 512 to 32,768 tokens with 32 heads; each with every core and with one thread; (2) decode time with blocks
-// scattered over the pool against blocks in address order.
+// scattered over the pool against blocks in address order. Interleaved A/Bs in the same loop: heads walked together
+// or one per kernel call, the AVX2 kernel's group path or its direct path (GQA), and the prefetch distance.
 #include "bench_common.hpp"
+
+#include "attention_kernel.hpp"
 
 #include <random>
 
@@ -81,22 +84,44 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         std::vector<uint8_t> buf = touched_buffer(stream_bytes);
         // small caches take more repetitions: their steps are short, and the fastest of many is steadier
         const int reps = stream_bytes < (64u << 20) ? 4 * kReps : kReps;
-        std::vector<double> t_decode, t_stream, t_single;
+        // A/B of the AVX2 kernel's group path (tiles of 4+ rows: GQA) against its direct path; same bits
+        const bool ab_group = sh.q_heads / sh.kv_heads >= 4 && e->uses_simd();
+        // A/B of the prefetch distance (rows ahead of the row in use; the kernel's default is 16, 32 until
+        // 2026-12-01)
+        const bool ab_prefetch = e->uses_simd();
+        constexpr uint32_t kAhead[] = {8, 32}, kAheadDefault = 16;
+        std::vector<double> t_ahead[2];
+        std::vector<double> t_decode, t_stream, t_single, t_direct;
         for (int r = 0; r < reps; ++r) { // interleaved, so drifts in the machine hit both sides alike
             t_stream.push_back(stream_read_seconds(buf.data(), stream_bytes));
             t_decode.push_back(step.run(*e, &bytes));
             e->set_group_heads(false); // A/B: one KV head per kernel call, as before heads were walked together
             t_single.push_back(step.run(*e, &bytes));
             e->set_group_heads(true);
+            if (ab_group) {
+                opt::set_avx2_group_path(false);
+                t_direct.push_back(step.run(*e, &bytes));
+                opt::set_avx2_group_path(true);
+            }
+            for (int a = 0; ab_prefetch && a < 2; ++a) {
+                opt::set_avx2_prefetch_rows(kAhead[a]);
+                t_ahead[a].push_back(step.run(*e, &bytes));
+                opt::set_avx2_prefetch_rows(kAheadDefault);
+            }
         }
         const double bw_decode = bytes / fastest(t_decode), bw_stream = stream_bytes / fastest(t_stream);
         const double ratio = bw_decode / bw_stream;
         // the same on one core each: what a core achieves whatever else runs on the machine
         e->set_threads(1);
-        std::vector<double> t1_decode, t1_stream;
+        std::vector<double> t1_decode, t1_stream, t1_direct;
         for (int r = 0; r < reps / 2; ++r) {
             t1_stream.push_back(stream_read_seconds(buf.data(), stream_bytes, 1));
             t1_decode.push_back(step.run(*e, &bytes));
+            if (ab_group) {
+                opt::set_avx2_group_path(false);
+                t1_direct.push_back(step.run(*e, &bytes));
+                opt::set_avx2_group_path(true);
+            }
         }
         const double bw1_decode = bytes / fastest(t1_decode), bw1_stream = stream_bytes / fastest(t1_stream);
         const double ratio1 = bw1_decode / bw1_stream;
@@ -113,9 +138,26 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         std::snprintf(note, sizeof note, "the same decode walking one KV head per kernel call: %.1f ms/step",
                       fastest(t_single) * 1e3);
         report("1. ... heads walked together: speedup", fastest(t_single) / fastest(t_decode), "", note);
+        if (ab_group) {
+            std::snprintf(note, sizeof note, "the same decode on the kernel's direct path (before 2026-12-01): %.1f ms/step",
+                          fastest(t_direct) * 1e3);
+            report("1. ... GQA group path: speedup", fastest(t_direct) / fastest(t_decode), "", note);
+            state.counters["group_path_speedup"] = fastest(t_direct) / fastest(t_decode);
+        }
+        for (int a = 0; ab_prefetch && a < 2; ++a) {
+            std::snprintf(note, sizeof note, "the same decode prefetching %u rows ahead instead of %u: %.1f ms/step",
+                          kAhead[a], kAheadDefault, fastest(t_ahead[a]) * 1e3);
+            report("1. ... prefetch " + std::to_string(kAhead[a]) + " rows ahead: time / time at " +
+                       std::to_string(kAheadDefault),
+                   fastest(t_ahead[a]) / fastest(t_decode), "", note);
+        }
         std::snprintf(note, sizeof note, "one thread: decode %.1f GB/s vs read %.1f GB/s, %.1f ms/step",
                       bw1_decode / 1e9, bw1_stream / 1e9, fastest(t1_decode) * 1e3);
         report("1. decode / streaming read, " + name + ", one thread", ratio1, goal, note);
+        if (ab_group) {
+            std::snprintf(note, sizeof note, "one thread, direct path: %.1f ms/step", fastest(t1_direct) * 1e3);
+            report("1. ... GQA group path, one thread: speedup", fastest(t1_direct) / fastest(t1_decode), "", note);
+        }
     }
 }
 

@@ -59,4 +59,16 @@ SplitKernel split_kernel(uint32_t dtype, bool simd);
 SplitKernel split_kernel_scalar(uint32_t dtype);
 SplitKernel split_kernel_avx2(uint32_t dtype);
 
+// The AVX2 kernel's group path for tiles of several rows (on by default): phase 1 in blocks of 4 rows x 3 keys,
+// and f16/bf16 V rows widened once into an f32 scratch that every 4-row block of phase 4 reads. Off: the direct path
+// of before 2026-12-01 (8 rows x 1 key, every block widening the cached rows itself). The bits are the same either
+// way (widening is exact; every dot product and output element keeps its own accumulator and order). The switch
+// exists for the benchmark's A/B and for the test that checks the two paths agree. Process-wide: set it only
+// while no kernel runs.
+void set_avx2_group_path(bool on);
+bool avx2_group_path();
+// How many rows ahead of the row in use the AVX2 kernel prefetches along the block table (16 by default). For the
+// benchmark's A/B only; it changes no result. Process-wide: set it only while no kernel runs.
+void set_avx2_prefetch_rows(uint32_t rows);
+
 } // namespace kvc::opt

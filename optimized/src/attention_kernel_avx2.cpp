@@ -10,6 +10,8 @@
 //  - Software prefetch runs a fixed number of rows ahead along the order the split reads them (K, then V, then the
 //    next split): each block run ends a 4 KiB stretch and the next block may be anywhere in the pool.
 //  - Values accumulate in registers for up to 4 rows at a time while V rows stream by.
+//  - Tiles of 4 rows or more (GQA groups, prefill) take the group path below: 4 x 3 score blocks, and V widened once
+//    into an L1 scratch shared by all rows. Same bits as the direct path; set_avx2_group_path() switches it.
 #include "attention_kernel.hpp"
 #include "dtype_convert.hpp"
 #include "simd.hpp"
@@ -17,6 +19,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 
 namespace kvc::opt {
 namespace {
@@ -77,10 +80,13 @@ KVC_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-constexpr uint32_t kPrefetchRows = 32; // how far ahead of the row in use the prefetches run (8 KiB at d = 128, f16)
+// How far ahead of the row in use the prefetches run: 16 rows (4 KiB at d = 128, f16) per head. Measured against 32
+// (the value until 2026-12-01) in the benchmark's interleaved A/B: 16 was 2-10 % faster on every MHA shape.
+constexpr uint32_t kPrefetchRows = 16;
+std::atomic<uint32_t> g_prefetch_rows{kPrefetchRows}; // benchmarks' A/B only (set_avx2_prefetch_rows)
 
 // The rows one split reads, in the order it reads them: its K rows, its V rows, then the first K rows of the next
-// split (the caller's next call). upto(v) prefetches every row before virtual index v. Block runs end every B
+// split (the caller's next call). upto(u) prefetches every row before virtual index u + ahead. Block runs end every B
 // rows and the next block can be anywhere in the pool, so the hardware prefetcher cannot see ahead; this can.
 struct RowPrefetcher {
     const kvc_kv_layout* l = nullptr;
@@ -89,6 +95,7 @@ struct RowPrefetcher {
     uint64_t k0 = 0;     // the split's first key
     uint32_t n = 0;      // keys this split reads
     uint32_t n_next = 0; // keys of the next split worth fetching (0 when there is none)
+    uint32_t ahead = kPrefetchRows; // rows fetched ahead of the row in use
     uint32_t v = 0;  // the next virtual row to prefetch
     // where row v lives: stepped row by row, recomputed (one division) only where a part starts
     uint64_t block = 0;
@@ -100,8 +107,9 @@ struct RowPrefetcher {
         plane = pl;
     }
 
-    KVC_TARGET_AVX2 inline void upto(uint32_t target) {
-        target = std::min(target, 2 * n + n_next);
+    // prefetches every row before virtual index `used + ahead` (used: the row about to be read, plus one)
+    KVC_TARGET_AVX2 inline void upto(uint32_t used) {
+        const uint32_t target = std::min(used + ahead, 2 * n + n_next);
         for (; v < target; ++v) {
             if (v == 0) seek(k0, KVC_PLANE_K);
             else if (v == n) seek(k0, KVC_PLANE_V);
@@ -121,11 +129,12 @@ struct RowPrefetcher {
 // q . k for R rows and KJ consecutive keys (rows of one block run), R * KJ <= 12 accumulators: each K chunk is
 // widened once for R rows and each q chunk loaded once for KJ keys. out[r * KJ + kj] = dot * scale.
 template <uint32_t DT, int R, int KJ>
-KVC_TARGET_AVX2 inline void dots(const float* const* q, const uint8_t* k, uint64_t row_bytes, uint32_t d, __m256 scale,
-                                 float* out) {
+KVC_TARGET_AVX2 inline __attribute__((always_inline)) void dots(const float* const* q, const uint8_t* k,
+                                                                uint64_t row_bytes, uint32_t d, __m256 scale, float* out) {
     static_assert(R * KJ <= 12, "12 accumulators");
-    __m256 acc[16];
-    for (int i = 0; i < 16; ++i) acc[i] = _mm256_setzero_ps();
+    constexpr int N = R * KJ;
+    __m256 acc[N]; // exactly N: a 16-wide array was zero-filled in memory (rep stos) wherever dots was not inlined
+    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
     const uint32_t full = d / 8, tail = d % 8;
     for (uint32_t c = 0; c < full; ++c) {
         __m256 kv[KJ];
@@ -143,8 +152,13 @@ KVC_TARGET_AVX2 inline void dots(const float* const* q, const uint8_t* k, uint64
             for (int kj = 0; kj < KJ; ++kj) acc[r * KJ + kj] = _mm256_fmadd_ps(qv, kv[kj], acc[r * KJ + kj]);
         }
     }
-    _mm256_storeu_ps(out, _mm256_mul_ps(reduce8(acc), scale));
-    if constexpr (R * KJ > 8) _mm256_storeu_ps(out + 8, _mm256_mul_ps(reduce8(acc + 8), scale));
+    __m256 lo[8], hi[8]; // the accumulators padded with zeros to 8 (or 16) for the fixed tree
+    for (int i = 0; i < 8; ++i) lo[i] = i < N ? acc[i] : _mm256_setzero_ps();
+    _mm256_storeu_ps(out, _mm256_mul_ps(reduce8(lo), scale));
+    if constexpr (N > 8) {
+        for (int i = 0; i < 8; ++i) hi[i] = 8 + i < N ? acc[8 + i] : _mm256_setzero_ps();
+        _mm256_storeu_ps(out + 8, _mm256_mul_ps(reduce8(hi), scale));
+    }
 }
 
 // Phase 1 for R rows over one block run: scores of keys j0 .. j0 + run - 1 into sc[r][j0 ..].
@@ -155,13 +169,33 @@ KVC_TARGET_AVX2 inline void score_run(const float* const* q, const uint8_t* kp, 
     alignas(32) float out[16];
     uint32_t i = 0;
     for (; i + KJ <= run; i += KJ) {
-        pf.upto(j0 + i + KJ + kPrefetchRows); // a steady trickle, never a burst
+        pf.upto(j0 + i + KJ); // a steady trickle, never a burst
         dots<DT, R, KJ>(q, kp + i * row_bytes, row_bytes, d, scale, out);
         for (int r = 0; r < R; ++r)
             for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
     }
     for (; i < run; ++i) { // the run's last keys, one at a time (the same arithmetic per dot product)
-        pf.upto(j0 + i + 1 + kPrefetchRows);
+        pf.upto(j0 + i + 1);
+        dots<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
+        for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
+    }
+}
+
+// Phase 1 for R rows, KJ keys per register block, straight from the cache (no scratch).
+template <uint32_t DT, int R, int KJ>
+KVC_TARGET_AVX2 inline void score_run_kj(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
+                                         uint32_t d, __m256 scale, RowPrefetcher* pf, float (*sc)[kSplitKeys],
+                                         uint32_t j0) {
+    alignas(32) float out[16];
+    uint32_t i = 0;
+    for (; i + KJ <= run; i += KJ) {
+        if (pf) pf->upto(j0 + i + KJ);
+        dots<DT, R, KJ>(q, kp + i * row_bytes, row_bytes, d, scale, out);
+        for (int r = 0; r < R; ++r)
+            for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
+    }
+    for (; i < run; ++i) {
+        if (pf) pf->upto(j0 + i + 1);
         dots<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
         for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
     }
@@ -177,7 +211,7 @@ KVC_TARGET_AVX2 inline void accumulate_pass(const uint8_t* v, uint64_t row_bytes
     for (int r = 0; r < R; ++r)
         for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm256_loadu_ps(st[r].o + c0 + 8 * cc);
     for (uint32_t i = 0; i < count; ++i) {
-        if (pf) pf->upto(v0 + i + 1 + kPrefetchRows); // first pass only
+        if (pf) pf->upto(v0 + i + 1); // first pass only
         const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
         for (int cc = 0; cc < CP; ++cc) {
             const __m256 vv = load8<DT>(row + 8 * cc * elem_bytes<DT>());
@@ -201,7 +235,7 @@ KVC_TARGET_AVX2 void accumulate_rows(const uint8_t* v, uint64_t row_bytes, uint3
     default:
         for (; c < full; ++c, pf = nullptr) accumulate_pass<DT, R, 1>(v, row_bytes, count, p, st, 8 * c, pf, v0);
     }
-    if (pf) pf->upto(v0 + count + kPrefetchRows);
+    if (pf) pf->upto(v0 + count);
     if (d % 8) { // the zero-padded tail chunk, key by key
         for (uint32_t i = 0; i < count; ++i) {
             const __m256 vv = load_tail<DT>(v + i * row_bytes + full * 8 * elem_bytes<DT>(), d % 8);
@@ -226,6 +260,50 @@ KVC_TARGET_AVX2 void accumulate_all_live(const uint8_t* v, uint64_t row_bytes, u
     }
 }
 
+// ---- the group path (tiles of 4 or more rows in phase 1, 5 or more in phase 4) ----------------------------------
+// Measured on Zen 3 (docs/performance.md, 2026-12-01): a GQA tile of 8 rows spent half its time in phase 1, whose
+// 8 accumulators (8 rows x 1 key) left no slack over the FMA latency (16 dependent FMAs per key at d = 128), and
+// phase 4 widened every V row twice (once per half of the tile). The group path:
+//  - phase 1: blocks of 4 rows x 3 keys (12 accumulators, q folded into the FMAs as memory operands, 3 K chunks in
+//    registers), the tile's other rows after them over the same keys (from L1);
+//  - phase 4 (5 rows or more): a piece of at most kPieceKeys V rows is widened to f32 once into a scratch (16 KiB at
+//    most: it stays in L1), and one register block of all R rows x 1 chunk of 8 reads it: each chunk is loaded
+//    once for every row, where the direct path converted each V row once per half of the tile. Measured against
+//    4 rows x 2 or 3 chunks from the same scratch: 1.1x faster than 4 x 2, and 4 x 3 spills registers.
+// The bits are those of the direct path: widening is exact, and each dot product and each output element keeps its
+// own accumulator and the order of its operations; only which of them share a loop changes.
+constexpr uint32_t kPieceKeys = 16;
+
+std::atomic<bool> g_group_path{true};
+
+// rows [0, count) of a run -> dst[i * dq ..], the tail chunk zero-padded; prefetching trickles along (row v0 + i).
+template <uint32_t DT>
+KVC_TARGET_AVX2 inline void widen_piece(const uint8_t* src, uint64_t row_bytes, uint32_t count, uint32_t d,
+                                        uint32_t dq, float* dst, RowPrefetcher* pf, uint32_t v0) {
+    const uint32_t full = d / 8;
+    for (uint32_t i = 0; i < count; ++i) {
+        pf->upto(v0 + i + 1);
+        const uint8_t* row = src + i * row_bytes;
+        float* out = dst + size_t(i) * dq;
+        for (uint32_t c = 0; c < full; ++c) _mm256_store_ps(out + 8 * c, load8<DT>(row + 8 * c * elem_bytes<DT>()));
+        if (d % 8) _mm256_store_ps(out + 8 * full, load_tail<DT>(row + 8 * full * elem_bytes<DT>(), d % 8));
+    }
+}
+
+// Phase 1 of the group path for R >= 4 rows over one block run: rows 0-3 in 4 x 3 blocks (with the prefetches),
+// then rows 4 .. R-1 over the same keys, now in L1 (KJ so that accumulators and K chunks fit the 16 registers).
+template <uint32_t DT, int R>
+KVC_TARGET_AVX2 inline void score_run_group(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
+                                            uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys],
+                                            uint32_t j0) {
+    static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
+    score_run_kj<DT, 4, 3>(q, kp, run, row_bytes, d, scale, &pf, sc, j0);
+    if constexpr (R > 4) {
+        constexpr int R2 = R - 4, KJ2 = R2 == 4 ? 3 : 8 / R2; // 12, or 8 (6 for 3 rows) as score_run
+        score_run_kj<DT, R2, KJ2>(q + 4, kp, run, row_bytes, d, scale, nullptr, sc + 4, j0);
+    }
+}
+
 // The kernel for R rows of nh consecutive KV heads. Phases 1 and 4 walk the split block run by block run and, inside
 // each run, head by head: the heads of a block are contiguous, so a decode sweeps each block's K (then V) plane in
 // one pass instead of visiting the block once per head. Every head has its own prefetcher running ahead along the
@@ -246,10 +324,16 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, uint32_t nh, const RowTile* 
     alignas(32) float sc[kMaxCallRows][kSplitKeys]; // row r of head h is sc[h * R + r]
     const __m256 scale = _mm256_set1_ps(a.scale);
     const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
+    const uint32_t ahead = g_prefetch_rows.load(std::memory_order_relaxed);
     const uint32_t n_next =
-        next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, kPrefetchRows)) : 0;
+        next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, ahead)) : 0;
     RowPrefetcher pf[kMaxCallRows];
-    for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next};
+    for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead};
+    // the group path: 4 x 3 score blocks from 4 rows on; V widened once where there is something to widen (f16,
+    // bf16) and more than one 4-row block to share it (for one block the scratch is pure overhead: measured)
+    constexpr bool kGroupScores = R >= 4, kWiden = DT != KVC_DTYPE_F32 && R > 4;
+    const bool group_path = (kGroupScores || kWiden) && g_group_path.load(std::memory_order_relaxed);
+    alignas(32) float wide[kWiden ? kPieceKeys * kMaxHeadDim : 8];
 
     // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run, heads inside
     for (uint32_t j = 0; j < n_max;) {
@@ -257,8 +341,16 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, uint32_t nh, const RowTile* 
         const uint32_t slot = static_cast<uint32_t>(pos % B);
         const uint32_t run = std::min(B - slot, n_max - j);
         const uint8_t* kp = kvc_kv_address(&L, a.table, pos, KVC_PLANE_K, a.kv_head, 0);
-        for (uint32_t h = 0; h < nh; ++h)
+        for (uint32_t h = 0; h < nh; ++h) {
+            if constexpr (kGroupScores) {
+                if (group_path) {
+                    score_run_group<DT, R>(tiles[h].q, kp + h * L.head_bytes, run, L.row_bytes, d, scale, pf[h],
+                                           sc + h * R, j);
+                    continue;
+                }
+            }
             score_run<DT, R>(tiles[h].q, kp + h * L.head_bytes, run, L.row_bytes, d, scale, pf[h], sc + h * R, j);
+        }
         j += run;
     }
 
@@ -309,11 +401,28 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, uint32_t nh, const RowTile* 
             if (all_live > 0) {
                 const float* p[R];
                 for (int r = 0; r < R; ++r) p[r] = sch[r] + j;
-                accumulate_all_live<DT, R>(vp, L.row_bytes, all_live, p, sh, d, &pf[h], n_max + j);
+                bool done = false;
+                if constexpr (kWiden) {
+                    if (group_path) { // piece by piece, so the keys still go through each element in order
+                        for (uint32_t i = 0; i < all_live; i += kPieceKeys) {
+                            const uint32_t cnt = std::min(kPieceKeys, all_live - i);
+                            widen_piece<DT>(vp + i * L.row_bytes, L.row_bytes, cnt, d, dq, wide, &pf[h],
+                                            n_max + j + i);
+                            const float* pi[R];
+                            for (int r = 0; r < R; ++r) pi[r] = p[r] + i;
+                            // all R rows x 1 chunk of 8: each widened chunk is loaded once for every row
+                            accumulate_rows<KVC_DTYPE_F32, R, 1>(reinterpret_cast<const uint8_t*>(wide),
+                                                                 uint64_t(dq) * sizeof(float), cnt, pi, sh, d,
+                                                                 nullptr, 0);
+                        }
+                        done = true;
+                    }
+                }
+                if (!done) accumulate_all_live<DT, R>(vp, L.row_bytes, all_live, p, sh, d, &pf[h], n_max + j);
             }
             for (uint32_t i = all_live; i < run; ++i) {
                 const uint32_t jj = j + i;
-                pf[h].upto(n_max + jj + 1 + kPrefetchRows);
+                pf[h].upto(n_max + jj + 1);
                 const uint8_t* v = vp + i * L.row_bytes;
                 for (uint32_t c = 0; c < d; c += 8) {
                     const __m256 vv = c + 8 <= d ? load8<DT>(v + c * elem_bytes<DT>()) : load_tail<DT>(v + c * elem_bytes<DT>(), d - c);
@@ -350,6 +459,11 @@ SplitKernel split_kernel_avx2(uint32_t dtype) {
     default: return split_avx2_any<KVC_DTYPE_F32>;
     }
 }
+
+void set_avx2_prefetch_rows(uint32_t rows) { g_prefetch_rows.store(rows, std::memory_order_relaxed); }
+
+void set_avx2_group_path(bool on) { g_group_path.store(on, std::memory_order_relaxed); }
+bool avx2_group_path() { return g_group_path.load(std::memory_order_relaxed); }
 
 SplitKernel split_kernel(uint32_t dtype, bool simd) {
     return simd && cpu_has_avx2_f16c() ? split_kernel_avx2(dtype) : split_kernel_scalar(dtype);

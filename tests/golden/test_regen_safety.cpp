@@ -162,15 +162,21 @@ TEST(RegenSafety, OneMalformedFileMeansNothingIsWritten) {
     }
 }
 
+bool has_journal(const fs::path& dir) { return fs::exists(fs::symlink_status(dir / ".regen-journal")); }
+
 // regen SIGKILLed at every step of its write (test hook KVCHECK_TEST_REGEN_KILL_AT, golden/src/files.cpp): each file
-// is always its complete old or complete new text, the renames happen only after every temporary is written, and
-// the next regen removes the temporaries and completes the set.
-TEST(RegenSafety, KilledAtAnyStepNoFileIsTornAndTheNextRegenLeavesNoTemporary) {
-    const int kSteps = 4 /*temporaries*/ + 1 /*fsync*/ + 4 /*renames*/ + 1 /*fsync*/;
+// is always its complete old or complete new text; before the commit point (the journal) the set stays all old,
+// after it verify refuses the part-renamed set and finishing it (the start of the next regen) makes it all new; no
+// temporary and no journal is left afterwards.
+TEST(RegenSafety, KilledAtAnyStepTheSetIsAllOldOrAllNewAndNoTemporaryIsLeft) {
+    const int kFiles = 4;
+    const int kSteps = kFiles /*temporaries*/ + 1 /*fsync, journal*/ + kFiles /*renames*/ + 1 /*fsync*/ + 1 /*unlink*/;
+    const int kCommitted = kFiles + 1; // killed at this step or later: the journal is in place
     for (int step = 0; step <= kSteps; ++step) {
         SCOPED_TRACE("killed at step " + std::to_string(step));
         ScratchDir dir("killed");
         const auto texts = make_all_stale(dir.path());
+        ASSERT_EQ(texts.size(), static_cast<size_t>(kFiles));
         const pid_t pid = ::fork();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
@@ -188,7 +194,8 @@ TEST(RegenSafety, KilledAtAnyStepNoFileIsTornAndTheNextRegenLeavesNoTemporary) {
         } else {
             ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
         }
-        const int renamed = std::max(0, std::min(4, step - 5)); // steps 5..8 rename files 0..3
+        const bool committed = step >= kCommitted && step < kSteps;
+        const int renamed = std::max(0, std::min(kFiles, step - kCommitted)); // steps 5..8 rename files 0..3
         int fresh = 0;
         for (const auto& [name, text] : texts) {
             const std::string now = read(dir.path() / name);
@@ -196,18 +203,53 @@ TEST(RegenSafety, KilledAtAnyStepNoFileIsTornAndTheNextRegenLeavesNoTemporary) {
             fresh += now == text.second;
         }
         EXPECT_EQ(fresh, renamed);
-        const auto left = temporaries(dir.path());
-        if (step == 0 || step >= 9) {
-            EXPECT_TRUE(left.empty()) << left.size() << " temporaries left";
+        EXPECT_EQ(has_journal(dir.path()), committed);
+        const Report report = verify_dir(dir.path());
+        if (committed) {
+            EXPECT_EQ(report.exit_code(), 2);
+            EXPECT_NE(report.error.find("interrupted golden regen"), std::string::npos) << report.error;
+        } else {
+            EXPECT_EQ(report.exit_code(), step == kSteps ? 0 : 2); // the complete new set, or the stale old one
         }
-        // verify sees a mixed set as stale (2), never as conformant or as a mismatch
-        EXPECT_EQ(verify_dir(dir.path()).exit_code(), fresh == 4 ? 0 : 2);
+
+        // What the next regen does first: afterwards the set is entirely old (killed before the commit point) or
+        // entirely new (after it), with no temporary and no journal.
+        const auto finished = finish_interrupted_regen(dir.path());
+        EXPECT_EQ(finished.size(), committed ? static_cast<size_t>(kFiles - renamed) : 0u);
+        const bool all_new = step >= kCommitted;
+        for (const auto& [name, text] : texts)
+            EXPECT_EQ(read(dir.path() / name), all_new ? text.second : text.first) << name;
+        EXPECT_TRUE(temporaries(dir.path()).empty());
+        EXPECT_FALSE(has_journal(dir.path()));
+        EXPECT_EQ(verify_dir(dir.path()).exit_code(), all_new ? 0 : 2);
 
         std::string internal;
         for (const auto& r : regen_dir(dir.path(), internal)) EXPECT_TRUE(r.error.empty()) << r.file << r.error;
         EXPECT_TRUE(internal.empty()) << internal;
         EXPECT_TRUE(temporaries(dir.path()).empty());
         for (const auto& [name, text] : texts) EXPECT_EQ(read(dir.path() / name), text.second) << name;
+    }
+}
+
+// A journal that cannot be trusted is never acted on: regen refuses with what to do by hand, verify refuses too,
+// and nothing outside the directory is touched.
+TEST(RegenSafety, AnEditedJournalIsRefusedNotFollowed) {
+    ScratchDir dir("journal");
+    const auto texts = make_all_stale(dir.path());
+    for (const std::string& journal : {std::string("../outside.json\n"), std::string("000_7a0753d5dc4e224c.json"),
+                                       std::string("nowhere.json\n")}) {
+        SCOPED_TRACE(journal);
+        golden_test::write(dir.path() / ".regen-journal", journal);
+        try {
+            finish_interrupted_regen(dir.path());
+            ADD_FAILURE() << "an untrustworthy journal was acted on";
+        } catch (const std::runtime_error& ex) {
+            EXPECT_NE(std::string(ex.what()).find("by hand"), std::string::npos) << ex.what();
+        }
+        std::string internal;
+        EXPECT_THROW(regen_dir(dir.path(), internal), std::runtime_error);
+        EXPECT_EQ(verify_dir(dir.path()).exit_code(), 2);
+        for (const auto& [name, text] : texts) EXPECT_EQ(read(dir.path() / name), text.first) << name;
     }
 }
 

@@ -31,8 +31,13 @@ void add_regen(CLI::App& golden, std::string& dir, int& exit_code) {
         std::string internal;
         std::vector<golden::RegenResult> results;
         try {
+            // A regen killed after its commit point left a journal: finish that set first, and say so.
+            const auto finished = golden::finish_interrupted_regen(dir);
+            if (!finished.empty())
+                std::cout << "golden: finished an interrupted regen: " << finished.size()
+                          << " staged file(s) renamed into place\n";
             results = golden::regen_dir(dir, internal);
-        } catch (const std::exception& e) { // missing directory, no golden files
+        } catch (const std::exception& e) { // missing directory, no golden files, an untrustworthy journal
             std::cout << "golden: " << e.what() << "\n";
             exit_code = kExitBadInput;
             return;

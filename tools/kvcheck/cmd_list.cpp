@@ -1,9 +1,14 @@
-// kvcheck list: what this build can check and with what words. The properties (id, core or full, summary), the
-// built-in implementations, and the capability vocabulary a plugin declares itself in.
+// kvcheck list: what this build can check and with what words. The properties of both levels (id, core or full,
+// summary), the built-in implementations, the capability vocabulary a plugin declares itself in, and, with --plugin,
+// which levels a plugin exports (probed in a child process, as validate does).
 #include "commands.hpp"
 
-#include "report.hpp"
-#include "vocabulary.hpp"
+#include "kvcheck/harness/report.hpp"
+#include "kvcheck/harness/vocabulary.hpp"
+
+#include "kvcheck/harness/selection.hpp"
+#include "kvcheck/harness/subjects.hpp"
+#include "kvcheck/model/model_properties.hpp"
 
 #include "kvcheck/builtins.hpp"
 #include "kvcheck/properties/properties.hpp"
@@ -35,6 +40,12 @@ nlohmann::json list_json() {
                          {"feature", feature.empty() ? nlohmann::json(nullptr) : nlohmann::json(feature)},
                          {"summary", p.summary}});
     }
+    nlohmann::json model_props = nlohmann::json::array();
+    for (const std::string& id : model::model_property_ids())
+        model_props.push_back({{"id", id},
+                               {"level", "model"},
+                               {"profile", harness::model_property_core(id) ? "core" : "full"},
+                               {"summary", model::model_property_summary(id)}});
     nlohmann::json impls = nlohmann::json::array();
     for (const Builtin& b : builtins()) {
         const std::string why = unavailable_reason(b);
@@ -50,14 +61,18 @@ nlohmann::json list_json() {
         verdicts.push_back(prop::verdict_name(v));
     return {{"kvcheck_version", KVCHECK_VERSION},
             {"abi", {{"major", KVC_ABI_VERSION_MAJOR}, {"minor", KVC_ABI_VERSION_MINOR}}},
+            {"model_abi", {{"major", KVCM_ABI_VERSION_MAJOR}, {"minor", KVCM_ABI_VERSION_MINOR}}},
             {"properties", props},
+            {"model_properties", model_props},
             {"builtins", impls},
             {"vocabulary",
              {{"dtypes", words_json(dtype_words(), false)},
               {"rope_variants", words_json(rope_words(), false)},
               {"features", words_json(feature_words(), true)},
               {"precision_classes", words_json(precision_words(), false)},
-              {"memory_spaces", words_json(memory_space_words(), false)}}},
+              {"memory_spaces", words_json(memory_space_words(), false)},
+              {"model_features", words_json(model_feature_words(), true)},
+              {"weight_formats", words_json(weight_format_words(), false)}}},
             {"verdicts", verdicts}};
 }
 
@@ -83,6 +98,14 @@ std::string list_text() {
         o << "  " << std::setw(static_cast<int>(w)) << std::left << p.id << "  " << (p.core ? "core" : "full") << "  "
           << p.summary << feature << "\n";
     }
+    o << "\nmodel level (model ABI " << KVCM_ABI_VERSION_MAJOR << "." << KVCM_ABI_VERSION_MINOR
+      << ", plugins exporting " KVCM_ENTRY_SYMBOL "; docs/model-level.md):\n";
+    w = 0;
+    for (const std::string& id : model::model_property_ids()) w = std::max(w, id.size());
+    for (const std::string& id : model::model_property_ids())
+        o << "  " << std::setw(static_cast<int>(w)) << std::left << id << "  "
+          << (harness::model_property_core(id) ? "core" : "full") << "  " << model::model_property_summary(id)
+          << "\n";
     o << "\nbuilt-in implementations (validate --builtin NAME, or --builtin all):\n";
     w = 0;
     for (const Builtin& b : builtins()) w = std::max(w, b.name.size());
@@ -97,20 +120,51 @@ std::string list_text() {
     print_words(o, "features", feature_words());
     print_words(o, "precision classes", precision_words());
     print_words(o, "memory spaces", memory_space_words());
+    print_words(o, "model features", model_feature_words());
+    print_words(o, "weight formats", weight_format_words());
     o << "\nverdicts: PASS, FAIL, NOT_SUPPORTED, QUALITY_WARNING, ERROR, CRASH, TIMEOUT (conformant: no FAIL, ERROR, "
          "CRASH or TIMEOUT)\n";
     return o.str();
 }
 
+// The levels a plugin exports, probed in a child (the plugin is never loaded here).
+std::string plugin_text(const harness::Subject& s) {
+    std::string levels;
+    if (s.operation) levels += "operation";
+    if (s.model) levels += std::string(levels.empty() ? "" : ", ") + "model";
+    return "plugin " + s.target.origin + " exports: " + levels + "\n" + harness::subject_header(s);
+}
+
+nlohmann::json plugin_json(const harness::Subject& s) { return harness::subject_json(s); }
+
 } // namespace
 
 void add_list_command(CLI::App& app, int& exit_code) {
     static bool json = false;
-    auto* list = app.add_subcommand("list", "The properties, the built-in implementations and the capability "
-                                            "vocabulary");
+    static std::string plugin;
+    auto* list = app.add_subcommand("list", "The properties of both levels, the built-in implementations and the "
+                                            "capability vocabulary; with --plugin, the levels a plugin exports");
     list->add_flag("--json", json, "print JSON instead of text");
+    list->add_option("--plugin", plugin, "also say which tables this plugin exports (operation, model level)");
     list->callback([&exit_code] {
-        std::cout << (json ? dump_json(list_json(), 2) + "\n" : list_text());
+        nlohmann::json j = list_json();
+        std::string text = list_text();
+        if (!plugin.empty()) {
+            try {
+                const std::vector<harness::Subject> s = harness::load_subjects(plugin, "", false, {});
+                j["plugin"] = plugin_json(s[0]);
+                text += "\n" + plugin_text(s[0]);
+            } catch (const BadInput& e) {
+                std::cerr << "kvcheck list: " << e.what() << "\n";
+                exit_code = kExitBadInput;
+                return;
+            } catch (const PluginFailed& e) {
+                std::cerr << "kvcheck list: " << e.what() << "\n";
+                exit_code = kExitPluginFailed;
+                return;
+            }
+        }
+        std::cout << (json ? dump_json(j, 2) + "\n" : text);
         exit_code = kExitOk;
     });
 }

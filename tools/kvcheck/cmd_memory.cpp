@@ -3,7 +3,7 @@
 // documents talk about. It reproduces every memory number they print; docs/cli.md lists them.
 #include "commands.hpp"
 
-#include "report.hpp"
+#include "kvcheck/harness/report.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // kvcheck: conformance of KV-cache implementations against the reference. See docs/cli.md.
 #include "commands.hpp"
-#include "isolate.hpp"
+#include "kvcheck/harness/child.hpp"
 
 #include "kvcheck/properties/heap.hpp"
 
@@ -29,7 +29,7 @@ void restart_with_exact_heap_accounting(char** argv) {
 int main(int argc, char** argv) {
     restart_with_exact_heap_accounting(argv);
     // A case process of exec isolation (isolate.hpp): kvcheck's own, started by validate or replay.
-    if (argc == 2 && std::string(argv[1]) == kvc::cli::kExecChildCommand) kvc::cli::exec_child_main();
+    if (argc == 2 && std::string(argv[1]) == kvc::harness::kExecChildCommand) kvc::harness::exec_child_main();
     CLI::App app{"kvcheck " KVCHECK_VERSION " - verified reference and conformance suite for transformer KV caches"};
     app.set_version_flag("--version", "kvcheck " KVCHECK_VERSION);
     app.require_subcommand(1);

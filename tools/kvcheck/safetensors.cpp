@@ -1,7 +1,7 @@
 #include "safetensors.hpp"
 
-#include "input_file.hpp"
-#include "report.hpp"
+#include "kvcheck/harness/input_file.hpp"
+#include "kvcheck/harness/report.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -115,8 +115,8 @@ File parse(const uint8_t* bytes, std::size_t n, const std::string& file) {
     nlohmann::json header;
     try {
         // strict: a tensor named twice is refused; a number like 1e400 is an error, not an escaping exception
-        header = cli::parse_json_strict(std::string(reinterpret_cast<const char*>(bytes) + 8, header_len));
-    } catch (const cli::InputError& e) {
+        header = harness::parse_json_strict(std::string(reinterpret_cast<const char*>(bytes) + 8, header_len));
+    } catch (const harness::InputError& e) {
         throw FormatError(file, std::string("header: ") + e.what());
     }
     if (!header.is_object()) throw FormatError(file, "the header is not a JSON object");
@@ -201,8 +201,8 @@ File read_file(const std::string& path) {
     // sizes must tile the data exactly (parse), so nothing beyond the file's own size is ever allocated.
     std::string bytes;
     try {
-        bytes = cli::read_bounded(path, cli::kMaxTensorFileBytes);
-    } catch (const cli::InputError& e) {
+        bytes = harness::read_bounded(path, harness::kMaxTensorFileBytes);
+    } catch (const harness::InputError& e) {
         throw FormatError(path, e.what());
     }
     return parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
@@ -236,7 +236,7 @@ std::vector<uint8_t> serialize(const File& f) {
 
 void write_bytes_atomically(const std::string& path, const std::string& bytes) {
     std::string error;
-    if (!cli::write_file_atomically(path, bytes, error)) throw std::runtime_error(error);
+    if (!harness::write_file_atomically(path, bytes, error)) throw std::runtime_error(error);
 }
 
 void write_file(const std::string& path, const File& f) {

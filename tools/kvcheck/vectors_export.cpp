@@ -4,7 +4,7 @@
 #include "vectors_commands.hpp"
 
 #include "commands.hpp"
-#include "input_file.hpp"
+#include "kvcheck/harness/input_file.hpp"
 #include "safetensors.hpp"
 #include "vectors_caps.hpp"
 #include "vectors_model.hpp"
@@ -171,7 +171,7 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
 } // namespace
 
 int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
-    using cli::kExitBadInput;
+    using harness::kExitBadInput;
     // Up to 200 indices are drawn per case wanted, counted in an int: a bound here keeps that product exact
     // (--cases 2147483647 overflowed it and wrote nothing, exit 0) and a typo from filling the disk.
     if (o.cases < 1 || o.cases > kMaxExportCases) {
@@ -214,8 +214,8 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
     const bool have_caps = !o.caps.empty();
     if (have_caps) {
         try {
-            declared = declared_from_json(cli::read_json_file(o.caps), false);
-        } catch (const cli::InputError& e) { // missing, not a regular file, too large, not JSON, a key twice
+            declared = declared_from_json(harness::read_json_file(o.caps), false);
+        } catch (const harness::InputError& e) { // missing, not a regular file, too large, not JSON, a key twice
             err << "kvcheck export: " << e.what() << " (--caps)\n";
             return kExitBadInput;
         } catch (const std::invalid_argument& e) {
@@ -321,7 +321,7 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
     out << "kvcheck export: " << cases.size() << " cases (" << n_files + 1 << " files) written to " << dir.string();
     if (!not_supported.empty()) out << "; " << not_supported.size() << " outside the declared capabilities";
     out << "\n";
-    return cli::kExitOk;
+    return harness::kExitOk;
 }
 
 } // namespace kvc::vec

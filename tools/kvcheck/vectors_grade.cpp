@@ -5,8 +5,8 @@
 #include "vectors_commands.hpp"
 
 #include "commands.hpp"
-#include "input_file.hpp"
-#include "report.hpp"
+#include "kvcheck/harness/input_file.hpp"
+#include "kvcheck/harness/report.hpp"
 #include "safetensors.hpp"
 #include "vectors_caps.hpp"
 #include "vectors_model.hpp"
@@ -58,8 +58,8 @@ struct CaseFail {
 // Bounded, regular files only, duplicate keys refused, any parser exception (1e400) a BadInput naming the file.
 json read_json(const fs::path& p) {
     try {
-        return cli::read_json_file(p.string());
-    } catch (const cli::InputError& e) {
+        return harness::read_json_file(p.string());
+    } catch (const harness::InputError& e) {
         throw BadInput(e.what());
     }
 }
@@ -68,7 +68,7 @@ template <typename T>
 T field(const json& j, const char* key, const std::string& where) {
     if (!j.is_object() || !j.contains(key)) throw BadInput(where + ": missing field \"" + key + "\"");
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) { // checked before narrowing: 2^32+1 is not 1
-        const std::optional<T> v = cli::integer_of<T>(j.at(key));
+        const std::optional<T> v = harness::integer_of<T>(j.at(key));
         if (!v)
             throw BadInput(where + ": field \"" + key + "\" is " + j.at(key).dump() + ", not an integer from " +
                            std::to_string(std::numeric_limits<T>::min()) + " to " +
@@ -215,8 +215,8 @@ Vectors load_vectors(const fs::path& dir) {
         // out of it): a manifest must not make grade read /etc/shadow, nor show its bytes in an error.
         std::string real;
         try {
-            real = cli::confined_path(dir.string(), inputs);
-        } catch (const cli::InputError& x) {
+            real = harness::confined_path(dir.string(), inputs);
+        } catch (const harness::InputError& x) {
             throw BadInput(where + ": field \"inputs\": " + x.what());
         }
         check_inputs(real, dir / inputs, vc);
@@ -551,9 +551,9 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
     // The stems are plain names, but either file may be a symbolic link: it must not lead out of the results.
     std::string st_real, js_real;
     try {
-        st_real = cli::confined_path(results_dir.string(), stp.filename().string());
-        js_real = cli::confined_path(results_dir.string(), jsp.filename().string());
-    } catch (const cli::InputError& x) {
+        st_real = harness::confined_path(results_dir.string(), stp.filename().string());
+        js_real = harness::confined_path(results_dir.string(), jsp.filename().string());
+    } catch (const harness::InputError& x) {
         throw BadInput(results_dir.string() + ": " + x.what());
     }
     st::File f;
@@ -564,8 +564,8 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
     }
     json js;
     try {
-        js = cli::parse_json_strict(cli::read_bounded(js_real, cli::kMaxJsonBytes));
-    } catch (const cli::InputError& e) {
+        js = harness::parse_json_strict(harness::read_bounded(js_real, harness::kMaxJsonBytes));
+    } catch (const harness::InputError& e) {
         throw BadInput(jsp.string() + ": " + e.what());
     }
     if (!js.is_object()) throw BadInput(jsp.string() + ": not a JSON object");
@@ -621,7 +621,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         // before grading: a FIFO, device or symbolic link is never replaced, and --report and --junit naming one
         // file (by identity, not spelling) would leave one of them overwritten by the other
         std::string why;
-        if (!cli::check_output_files({{"--report", o.report}, {"--junit", o.junit}}, why))
+        if (!harness::check_output_files({{"--report", o.report}, {"--junit", o.junit}}, why))
             throw BadInput("cannot write the report: " + why);
         vectors = load_vectors(o.vectors);
         res = load_results(o.results);
@@ -639,7 +639,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         for (const VCase& vc : vectors.cases) all.push_back(grade_case(vc, res, o.results));
     } catch (const BadInput& e) {
         err << "kvcheck grade: " << e.what() << "\n";
-        return cli::kExitBadInput;
+        return harness::kExitBadInput;
     }
 
     // the order of the export: property by property, index by index, refused cases among the exported ones
@@ -705,7 +705,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
     out << std::left << "summary:";
     for (const auto& [v, n] : counts) out << " " << n << " " << v;
     out << (bad ? "  => NOT CONFORMANT" : "  => every case passes or is not supported") << "\n";
-    const int code = bad ? cli::kExitNotConformant : cli::kExitOk;
+    const int code = bad ? harness::kExitNotConformant : harness::kExitOk;
 
     try {
         if (!o.report.empty() || !o.junit.empty()) {
@@ -735,14 +735,14 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
                                  {"summary", summary},
                                  {"exit_code", code}};
             std::vector<std::pair<std::string, std::string>> files; // both or neither
-            if (!o.report.empty()) files.emplace_back(o.report, cli::dump_json(report, 1) + "\n");
-            if (!o.junit.empty()) files.emplace_back(o.junit, cli::junit_from_report(report));
+            if (!o.report.empty()) files.emplace_back(o.report, harness::dump_json(report, 1) + "\n");
+            if (!o.junit.empty()) files.emplace_back(o.junit, harness::junit_from_report(report));
             std::string error;
-            if (!cli::write_files_atomically(files, error)) throw std::runtime_error(error);
+            if (!harness::write_files_atomically(files, error)) throw std::runtime_error(error);
         }
     } catch (const std::runtime_error& e) {
         err << "kvcheck grade: " << e.what() << "\n";
-        return cli::kExitBadInput;
+        return harness::kExitBadInput;
     }
     return code;
 }

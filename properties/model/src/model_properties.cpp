@@ -358,19 +358,25 @@ std::string missing(const ModelTarget& t, const std::string& id) {
 
 } // namespace
 
-const char* verdict_name(Verdict v) {
-    switch (v) {
-    case Verdict::Pass: return "PASS";
-    case Verdict::Fail: return "FAIL";
-    case Verdict::NotSupported: return "NOT_SUPPORTED";
-    default: return "ERROR";
-    }
-}
-
 const std::vector<std::string>& model_property_ids() {
     static const std::vector<std::string> ids = {"MODEL-LOGITS",  "MODEL-KV",     "MODEL-CHUNK",      "MODEL-FORK",
                                                  "MODEL-RELEASE", "MODEL-MEMORY", "MODEL-PROJECTIONS"};
     return ids;
+}
+
+std::string model_property_summary(const std::string& id) {
+    static const std::map<std::string, std::string> summaries = {
+        {"MODEL-LOGITS", "every logit of every step equals the reference's full recompute within the bound; greedy "
+                         "tokens agree where the margin exceeds it"},
+        {"MODEL-KV", "layer l's cached K (RoPE applied) and V equal the reference's layer-l K and V [read_kv]"},
+        {"MODEL-CHUNK", "the prompt whole, in chunks or token by token gives the same logits [prompt or chunked]"},
+        {"MODEL-FORK", "parent and child continue from the shared prefix, each equal to its own history [fork]"},
+        {"MODEL-RELEASE", "a released sequence restarts at position 0 with nothing of its past [release]"},
+        {"MODEL-MEMORY", "bytes per token = 2*L*H_kv*d_h*4; live bytes = tokens held * bytes per token"},
+        {"MODEL-PROJECTIONS", "a 2-token prompt and 99 greedy steps project 101 tokens' K/V, not 5,049 "
+                              "[kv_projections]"}};
+    const auto it = summaries.find(id);
+    return it == summaries.end() ? std::string() : it->second;
 }
 
 PropertyResult run_model_property(const ModelTarget& target, const std::string& id, uint64_t seed, int n_cases) {

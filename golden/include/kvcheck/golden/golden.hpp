@@ -77,10 +77,18 @@ struct RegenResult {
     std::string error;    // malformed, unreadable, or not replaceable (symlink, not a regular file, read-only)
 };
 // Rewrites every golden file in dir as one set: all are computed and checked first, and when any has an error
-// nothing is written. Then all temporaries, fsync, all renames (files.hpp write_set): a kill midway leaves each file
-// old or new, never torn, and the next regen removes the temporaries. A failed write is an error of each
-// file that was to be rewritten.
+// nothing is written. Then all temporaries, fsync, a journal (the commit point), all renames, the journal removed
+// (files.hpp write_set): a kill before the commit point leaves the old set, after it a journal that the next regen
+// rolls forward first (finish_interrupted_regen), so the set is all old or all new. A failed write is an error of
+// each file that was to be rewritten. Throws std::runtime_error (bad input) for a missing directory or a journal
+// that cannot be finished.
 std::vector<RegenResult> regen_dir(const std::filesystem::path& dir, std::string& internal_error);
+
+// Completes a regen killed midway: after its commit point, renames the staged files its journal names into place
+// (returns their names; the set is then all new); before it, removes its temporaries (the set stays all old).
+// Throws std::runtime_error saying what to do by hand when the journal cannot be trusted (edited, truncated, naming
+// a file that is neither there nor staged). verify refuses a set with such a journal (exit 2) until this has run.
+std::vector<std::string> finish_interrupted_regen(const std::filesystem::path& dir);
 
 // Human-readable verify report: one line per file, problems, and a total line:
 //   golden: 412 numbers checked in 4 files, 0 mismatches

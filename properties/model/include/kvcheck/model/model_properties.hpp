@@ -13,6 +13,7 @@
 
 #include "kvcheck/model/model_case.hpp"
 #include "kvcheck/model/model_target.hpp"
+#include "kvcheck/properties/runner.hpp"
 
 #include <cstdint>
 #include <string>
@@ -20,8 +21,10 @@
 
 namespace kvc::model {
 
-enum class Verdict { Pass, Fail, NotSupported, Error };
-const char* verdict_name(Verdict v); // "PASS", "FAIL", "NOT_SUPPORTED", "ERROR"
+// One verdict vocabulary for both levels: the operation level's. A property here ends PASS, FAIL, NOT_SUPPORTED or
+// ERROR; CRASH and TIMEOUT are given by the harness (kvcheck_harness), which runs each case in a child process.
+using prop::Verdict;
+using prop::verdict_name;
 
 struct PropertyResult {
     std::string id;
@@ -34,6 +37,8 @@ struct PropertyResult {
 };
 
 const std::vector<std::string>& model_property_ids();
+// One line per property, for `kvcheck list`; "" for an unknown id.
+std::string model_property_summary(const std::string& id);
 
 // Runs one property over n_cases cases with seeds seed, seed+1, ...; stops at the first failing case.
 PropertyResult run_model_property(const ModelTarget& target, const std::string& id, uint64_t seed, int n_cases);

@@ -36,7 +36,8 @@ public:
     static ModelTarget from_entry(kvcm_entry_fn entry);
     // From a shared library exporting KVCM_ENTRY_SYMBOL. Throws TargetError naming the path and what is wrong.
     static ModelTarget from_library(const std::string& path);
-    // True when path exports KVCM_ENTRY_SYMBOL (what `kvcheck validate --plugin` asks before choosing a level).
+    // True when path exports KVCM_ENTRY_SYMBOL. Loads the library into this process (its constructors run here):
+    // `kvcheck validate` asks in its probe child instead (kvcheck_harness, child.cpp), never in the parent.
     static bool library_exports_model_entry(const std::string& path);
 
     const kvcm_model_api* api() const { return api_; }

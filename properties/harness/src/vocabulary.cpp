@@ -1,10 +1,10 @@
-#include "vocabulary.hpp"
+#include "kvcheck/harness/vocabulary.hpp"
 
 #include "kvcheck/properties/tolerance.hpp"
 
 #include <sstream>
 
-namespace kvc::cli {
+namespace kvc::harness {
 
 const std::vector<Word>& dtype_words() {
     static const std::vector<Word> w = {
@@ -122,4 +122,65 @@ std::string caps_to_text(const kvc_caps& caps, const std::string& indent) {
     return s.str();
 }
 
-} // namespace kvc::cli
+const std::vector<Word>& model_feature_words() {
+    static const std::vector<Word> w = {
+        {KVCM_FEATURE_ALL_LOGITS, "all_logits", "forward writes one logit row per token, not only the last"},
+        {KVCM_FEATURE_PROMPT, "prompt", "several tokens in one call onto an empty sequence"},
+        {KVCM_FEATURE_CHUNKED, "chunked", "several tokens in one call onto a sequence that holds tokens"},
+        {KVCM_FEATURE_FORK, "fork", "fork(): a child sequence continues from its parent's tokens"},
+        {KVCM_FEATURE_RELEASE, "release", "release(): a sequence restarts empty"},
+        {KVCM_FEATURE_READ_KV, "read_kv", "read_kv(): the cache of each layer can be read back"},
+        {KVCM_FEATURE_TIED, "tied", "a classifier tied to the embedding"},
+        {KVCM_FEATURE_UNTIED, "untied", "a separate classifier (lm_head)"},
+        {KVCM_FEATURE_FREE_HEAD_DIM, "free_head_dim", "head_dim need not equal dim / n_heads"},
+        {KVCM_FEATURE_KV_PROJECTIONS, "kv_projections", "kv_projections(): the engine counts its K/V projections"},
+    };
+    return w;
+}
+
+const std::vector<Word>& weight_format_words() {
+    static const std::vector<Word> w = {
+        {KVCM_WEIGHTS_SAFETENSORS, "safetensors", "F32 tensors with the Llama names (docs/model-level.md)"},
+        {KVCM_WEIGHTS_FLAT_F32, "flat_f32", "a flat f32 checkpoint behind a 7-int32 header"},
+    };
+    return w;
+}
+
+nlohmann::json model_caps_to_json(const kvcm_caps& caps) {
+    auto limit = [](uint32_t n) { return n == 0 ? nlohmann::json(nullptr) : nlohmann::json(n); };
+    return {{"features", bits_to_words(model_feature_words(), caps.features, true)},
+            {"weight_formats", bits_to_words(weight_format_words(), caps.weight_formats, false)},
+            {"cache_dtypes", bits_to_words(dtype_words(), caps.cache_dtypes, false)},
+            {"rope_variants", bits_to_words(rope_words(), caps.rope_variants, false)},
+            {"limits",
+             {{"max_context", limit(caps.max_context)},
+              {"max_seqs", limit(caps.max_seqs)},
+              {"max_layers", limit(caps.max_layers)},
+              {"max_heads", limit(caps.max_heads)},
+              {"max_kv_heads", limit(caps.max_kv_heads)},
+              {"max_head_dim", limit(caps.max_head_dim)},
+              {"max_dim", limit(caps.max_dim)},
+              {"max_hidden_dim", limit(caps.max_hidden_dim)},
+              {"max_vocab", limit(caps.max_vocab)}}}};
+}
+
+std::string model_caps_to_text(const kvcm_caps& caps, const std::string& indent) {
+    const nlohmann::json j = model_caps_to_json(caps);
+    std::ostringstream s;
+    s << indent << "model features: " << join(j["features"].get<std::vector<std::string>>())
+      << "; weights: " << join(j["weight_formats"].get<std::vector<std::string>>())
+      << "; cache dtypes: " << join(j["cache_dtypes"].get<std::vector<std::string>>())
+      << "; rope: " << join(j["rope_variants"].get<std::vector<std::string>>()) << "\n";
+    s << indent << "model limits:";
+    bool any = false;
+    for (const auto& [k, v] : j["limits"].items())
+        if (!v.is_null()) {
+            s << " " << k << "=" << v.get<uint32_t>();
+            any = true;
+        }
+    if (!any) s << " none";
+    s << "\n";
+    return s.str();
+}
+
+} // namespace kvc::harness

@@ -1,4 +1,4 @@
-#include "isolate.hpp"
+#include "kvcheck/harness/isolate.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -19,7 +19,7 @@
 #include <system_error>
 #include <thread>
 
-namespace kvc::cli {
+namespace kvc::harness {
 namespace {
 
 constexpr std::size_t kOutputKept = 4096; // bytes of the child's own stdout/stderr kept for the report
@@ -73,6 +73,9 @@ void install_group_killer() {
     // A group of its own: whatever the implementation forks is in it, and the parent kills the group when done.
     setpgid(0, 0);
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL); // not the parent's handler
+    // A write to a pipe nobody reads (an implementation scribbling on descriptors it does not own) fails with EPIPE
+    // instead of killing the case process: what it did to the result pipe is then judged from what arrives there.
+    signal(SIGPIPE, SIG_IGN);
     // Die with the harness (Ctrl-C, a CI job killed): a hung implementation must not outlive it.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(kBodyThrew); // the parent is already gone
@@ -286,4 +289,4 @@ std::string printable(const std::string& s, bool keep_lines) {
     return out;
 }
 
-} // namespace kvc::cli
+} // namespace kvc::harness

@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-namespace kvc::cli {
+namespace kvc::harness {
 
 struct ChildRun {
     enum class End {
@@ -48,7 +48,7 @@ constexpr int kExecFailed = 121; // exec isolation: the child could not execute 
 constexpr const char* kExecChildCommand = "__isolated-child"; // hidden: not a subcommand a user types
 constexpr int kRequestFd = 3, kResultFd = 4;
 
-// The exec'ed child's side (main() dispatches kExecChildCommand here; defined with the work in cmd_validate.cpp):
+// The exec'ed child's side (main() dispatches kExecChildCommand here; defined with the work in child.cpp):
 // reads the request from kRequestFd, does the work, writes to kResultFd, ends with _exit().
 [[noreturn]] void exec_child_main();
 
@@ -62,4 +62,4 @@ std::string signal_description(int sig);
 // so a name cannot clear the screen or retitle the window. Newlines and tabs are kept when keep_lines.
 std::string printable(const std::string& s, bool keep_lines = false);
 
-} // namespace kvc::cli
+} // namespace kvc::harness

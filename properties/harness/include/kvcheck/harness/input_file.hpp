@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace kvc::cli {
+namespace kvc::harness {
 
 // The largest JSON document any reader accepts (manifests, results, caps): far above what export writes (a
 // manifest of 1000 cases is a few MiB) and far below what would hurt.
@@ -65,4 +65,4 @@ std::optional<T> integer_of(const nlohmann::json& j) {
     return std::nullopt;
 }
 
-} // namespace kvc::cli
+} // namespace kvc::harness

@@ -1,4 +1,4 @@
-#include "input_file.hpp"
+#include "kvcheck/harness/input_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include <set>
 #include <vector>
 
-namespace kvc::cli {
+namespace kvc::harness {
 
 namespace {
 
@@ -109,4 +109,4 @@ std::string confined_path(const std::string& root, const std::string& relative) 
     return real;
 }
 
-} // namespace kvc::cli
+} // namespace kvc::harness

@@ -1,4 +1,4 @@
-#include "report.hpp"
+#include "kvcheck/harness/report.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,7 +17,7 @@
 #include <sstream>
 #include <vector>
 
-namespace kvc::cli {
+namespace kvc::harness {
 
 std::string dump_json(const nlohmann::json& j, int indent) {
     return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -99,7 +99,7 @@ std::string xml_escape(const std::string& s, bool attribute) {
 
 std::string junit_from_report(const nlohmann::json& report) {
     struct Suite {
-        std::string name;
+        std::string name, level; // level: "operation" or "model" (reports before levels: none)
         std::vector<const nlohmann::json*> cases;
         int failures = 0, errors = 0, skipped = 0;
     };
@@ -114,7 +114,8 @@ std::string junit_from_report(const nlohmann::json& report) {
             auto it = index.find(prop);
             if (it == index.end()) {
                 it = index.emplace(prop, suites.size()).first;
-                suites.push_back({several ? label + "." + prop : prop, {}, 0, 0, 0});
+                suites.push_back(
+                    {several ? label + "." + prop : prop, c.value("level", std::string()), {}, 0, 0, 0});
             }
             Suite& s = suites[it->second];
             s.cases.push_back(&c);
@@ -146,6 +147,7 @@ std::string junit_from_report(const nlohmann::json& report) {
         x << "      <property name=\"profile\" value=\"" << a(run.value("profile", std::string())) << "\"/>\n";
         x << "      <property name=\"kvcheck_version\" value=\"" << a(report.value("suite_version", std::string()))
           << "\"/>\n";
+        if (!s.level.empty()) x << "      <property name=\"level\" value=\"" << a(s.level) << "\"/>\n";
         x << "    </properties>\n";
         for (const nlohmann::json* cp : s.cases) {
             const nlohmann::json& c = *cp;
@@ -368,4 +370,4 @@ bool can_create_directory(const std::string& path, std::string& error) {
     return true;
 }
 
-} // namespace kvc::cli
+} // namespace kvc::harness

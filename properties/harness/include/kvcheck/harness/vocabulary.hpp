@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kvcheck/abi.h"
+#include "kvcheck/model_abi.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace kvc::cli {
+namespace kvc::harness {
 
 struct Word {
     uint32_t value;      // the enum value (dtypes, rope, precision, memory) or the KVC_FEATURE_* bit (features)
@@ -32,4 +33,11 @@ nlohmann::json caps_to_json(const kvc_caps& caps);
 // The same on a few readable lines, each starting with `indent`.
 std::string caps_to_text(const kvc_caps& caps, const std::string& indent);
 
-} // namespace kvc::cli
+// The model level's words: KVCM_FEATURE_* bits and weight formats, and a kvcm_caps decoded with them (the dtypes and
+// RoPE variants are the operation level's words).
+const std::vector<Word>& model_feature_words(); // all_logits, prompt, chunked, fork, release, read_kv, ...
+const std::vector<Word>& weight_format_words(); // safetensors, flat_f32
+nlohmann::json model_caps_to_json(const kvcm_caps& caps);
+std::string model_caps_to_text(const kvcm_caps& caps, const std::string& indent);
+
+} // namespace kvc::harness

@@ -1,4 +1,4 @@
-// Report files of `kvcheck validate`: the canonical JSON report (built by cmd_validate.cpp, described in
+// Report files of `kvcheck validate`: the canonical JSON report (built by validate.cpp, described in
 // docs/cli.md), the JUnit XML derived from it, and writing either whole or not at all.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvc::cli {
+namespace kvc::harness {
 
 // Schema version of the JSON report ("kvcheck_report" field).
 constexpr int kReportSchema = 1;
@@ -56,4 +56,4 @@ bool check_output_files(const std::vector<std::pair<std::string, std::string>>& 
 // its nearest existing ancestor is one (for --counterexamples, checked before a run starts).
 bool can_create_directory(const std::string& path, std::string& error);
 
-} // namespace kvc::cli
+} // namespace kvc::harness

@@ -1,0 +1,47 @@
+// One case in a child process of its own, at either level, and what came back turned into a verdict: the child's
+// own result when it sent one, else CRASH (a signal, or the implementation ended the process), TIMEOUT, or ERROR
+// (the harness could not read a result; the memory limit refused an allocation).
+#pragma once
+
+#include "kvcheck/harness/isolate.hpp"
+#include "kvcheck/harness/subjects.hpp"
+#include "kvcheck/properties/runner.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace kvc::harness {
+
+struct CaseRun {
+    prop::CaseResult result;
+    std::string output;    // what the implementation printed, if anything (printable, lines kept)
+    Level level = Level::Operation;
+    std::string case_text; // the case in words (model level: the drawn description; operation level: describe())
+};
+
+// Turns what came back from the child into a result. `fresh` describes the case itself (id, property, seed), for
+// verdicts the child could not report; `the_case` makes the operation-level case as generated, needed only when
+// the verdict is not conformant (the report and the replay file carry it), so passing cases do not pay for
+// generating it twice. An empty `the_case` (model level: the case is its seed) leaves the counterexample empty.
+prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
+                           const std::function<prop::Case()>& the_case, double timeout_s, uint64_t memory_limit,
+                           bool memory_limit_asked);
+
+// Operation level: case `index` of p. `unshrunk_note` empty: a FAIL is shrunk; otherwise it is reported as
+// generated, with that note (why not).
+CaseRun run_case_isolated(const Subject& subj, const prop::Property& p, const prop::RunSettings& s, int index,
+                          double timeout_s, const std::string& unshrunk_note);
+
+// Operation level: a recorded case, as it is (no shrinking).
+CaseRun replay_isolated(const Subject& subj, const prop::Property& p, const prop::Case& c, const std::string& id,
+                        uint64_t seed, double timeout_s);
+
+// Model level: the case of property `property` drawn from `case_seed` (its replay key) inside the declared caps.
+CaseRun run_model_case_isolated(const Subject& subj, const std::string& property, const std::string& id,
+                                uint64_t case_seed, double timeout_s);
+
+// Model level: a case's seed for a run (the same derivation as the operation level's case seeds).
+uint64_t model_case_seed(uint64_t run_seed, const std::string& property, int index);
+
+} // namespace kvc::harness

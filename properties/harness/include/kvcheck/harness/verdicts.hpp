@@ -1,0 +1,43 @@
+// The verdicts counted: per property (a row of the verdict table), per implementation and per run, and the verdict
+// table itself. One vocabulary for both levels (prop::Verdict): PASS, NOT_SUPPORTED and QUALITY_WARNING keep an
+// implementation conformant; FAIL, ERROR, CRASH and TIMEOUT do not.
+#pragma once
+
+#include "kvcheck/harness/subjects.hpp"
+#include "kvcheck/properties/runner.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace kvc::harness {
+
+constexpr prop::Verdict kVerdicts[] = {prop::Verdict::Pass,  prop::Verdict::Fail,  prop::Verdict::NotSupported,
+                                       prop::Verdict::QualityWarning, prop::Verdict::Error, prop::Verdict::Crash,
+                                       prop::Verdict::Timeout};
+constexpr int kVerdictCount = 7;
+
+int verdict_index(prop::Verdict v);
+bool conformant(prop::Verdict v);
+
+// One row of the verdict table: one property of one implementation.
+struct Row {
+    std::string label, property;
+    Level level = Level::Operation;
+    bool core = false; // a core property whose every case was NOT_SUPPORTED makes the implementation not conformant
+    int counts[kVerdictCount] = {};
+};
+
+int sum(const int counts[kVerdictCount]);
+int nonconformant(const int counts[kVerdictCount]); // cases with FAIL, ERROR, CRASH or TIMEOUT
+bool core_never_ran(const Row& r);
+// "ok", "NOT CONFORMANT", ... judge_core: false for a shard, which may legitimately hold no runnable case of a core
+// property.
+std::string row_result(const Row& r, bool judge_core);
+std::string counts_text(const int counts[kVerdictCount]); // "12 cases: 11 PASS, 1 FAIL"
+nlohmann::json counts_json(const int counts[kVerdictCount]);
+// The table: a column per verdict; an implementation column when with_label, a level column when with_level.
+std::string verdict_table(const std::vector<Row>& rows, bool with_label, bool with_level, bool judge_core);
+
+} // namespace kvc::harness

@@ -1,0 +1,156 @@
+#include "kvcheck/harness/case_run.hpp"
+
+#include "kvcheck/harness/child.hpp"
+#include "kvcheck/harness/verdicts.hpp"
+#include "kvcheck/model/model_case.hpp"
+
+#include <optional>
+#include <sstream>
+
+namespace kvc::harness {
+
+using prop::Verdict;
+
+prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
+                           const std::function<prop::Case()>& the_case, double timeout_s, uint64_t memory_limit,
+                           bool memory_limit_asked) {
+    std::optional<prop::CaseResult> provisional, final_result;
+    std::string unreadable;
+    bool allocation_refused = false;
+    std::istringstream lines(run.result);
+    for (std::string line; std::getline(lines, line);) {
+        if (line == "M") {
+            allocation_refused = true;
+            continue;
+        }
+        if (line.size() < 2 || (line[0] != 'P' && line[0] != 'F') || line[1] != ' ') {
+            unreadable = "unexpected line from the case process";
+            continue;
+        }
+        try {
+            prop::CaseResult r = prop::case_result_from_json(nlohmann::json::parse(line.substr(2)));
+            (line[0] == 'F' ? final_result : provisional) = std::move(r);
+        } catch (const std::exception& e) {
+            unreadable = e.what();
+        }
+    }
+    const auto make_case = [&] { return the_case ? the_case() : prop::Case{}; };
+
+    std::string ending; // how the child ended, in words, when it did not end normally
+    if (run.end != ChildRun::End::Exited || run.code != 0) ending = "the case process " + ending_text(run, timeout_s);
+    if (run.end == ChildRun::End::Exited && run.code != 0 && run.code != kBodyThrew && run.code != kExecFailed)
+        ending = "the implementation ended the process (exit status " + std::to_string(run.code) +
+                 ") before the case finished";
+
+    prop::CaseResult r = fresh;
+    if (final_result && run.end != ChildRun::End::Flooded) {
+        r = *final_result;
+        // The JSON carries the case only for FAIL (the shrunk one); any other verdict is about the case as generated.
+        if (!conformant(r.verdict) && r.verdict != Verdict::Fail) r.counterexample = make_case();
+    } else if (provisional && run.end != ChildRun::End::Flooded) {
+        // it failed, then shrinking crashed or hung (or ended the process): keep the unshrunk failure
+        r = *provisional;
+        r.notes.push_back("not shrunk: while shrinking, " +
+                          (ending.empty() ? std::string("the case process ended without a final result") : ending));
+    } else {
+        r.counterexample = make_case();
+        if (run.end == ChildRun::End::Signaled) {
+            r.verdict = Verdict::Crash;
+            r.reason = ending;
+        } else if (run.end == ChildRun::End::TimedOut) {
+            r.verdict = Verdict::Timeout;
+            r.reason = ending;
+        } else if (run.end == ChildRun::End::Exited && run.code != kBodyThrew && run.code != kExecFailed &&
+                   unreadable.empty()) {
+            // exit() inside a case, whatever its status (0 too): the implementation ended the process
+            r.verdict = Verdict::Crash;
+            r.reason = "the implementation ended the process (exit status " + std::to_string(run.code) +
+                       ") before the case finished";
+        } else {
+            r.verdict = Verdict::Error;
+            r.reason = !ending.empty() ? ending
+                                       : "the case process ended without a readable result" +
+                                             (unreadable.empty() ? std::string() : " (" + unreadable + ")");
+        }
+    }
+    // The memory limit: a refused allocation seen by the harness, or a refusal the implementation reported, is an
+    // ERROR naming the limit, not the implementation's fault as such.
+    if (memory_limit && !conformant(r.verdict)) {
+        const bool oom = allocation_refused || r.reason.find("OUT_OF_MEMORY") != std::string::npos ||
+                         r.reason.find("bad_alloc") != std::string::npos;
+        if (oom) {
+            r.reason = "the case exceeded its memory limit of " + bytes_text(memory_limit) +
+                       " (address space; --memory-limit): " + r.reason;
+            r.verdict = Verdict::Error;
+        } else if (r.verdict == Verdict::Crash && memory_limit_asked) {
+            r.notes.push_back("a memory limit of " + bytes_text(memory_limit) +
+                              " was in force (--memory-limit); an allocation it refused may be the cause");
+        }
+    }
+    r.reason = printable(r.reason, true);
+    return r;
+}
+
+CaseRun run_case_isolated(const Subject& subj, const prop::Property& p, const prop::RunSettings& s, int index,
+                          double timeout_s, const std::string& unshrunk_note) {
+    nlohmann::json req = request_for(subj, "case");
+    req["property"] = p.id;
+    req["index"] = index;
+    req["run_seed"] = s.seed;
+    req["cases"] = s.cases;
+    req["max_shrink_runs"] = s.max_shrink_runs;
+    req["unshrunk_note"] = unshrunk_note;
+    req["id"] = prop::case_id(p.id, index);
+    req["seed"] = prop::case_seed(s.seed, p.id, index);
+    const ChildRun run = run_isolated(subj, req, timeout_s);
+    prop::CaseResult fresh;
+    fresh.id = prop::case_id(p.id, index);
+    fresh.property = p.id;
+    fresh.seed = prop::case_seed(s.seed, p.id, index);
+    const auto generate = [&] { return prop::generate_case(p, s, index, &subj.target.caps); };
+    CaseRun out{interpret(run, fresh, generate, timeout_s, subj.memory_limit, subj.memory_limit_asked),
+                printable(run.output, true), Level::Operation, ""};
+    if (!conformant(out.result.verdict)) out.case_text = prop::describe(out.result.counterexample);
+    return out;
+}
+
+CaseRun replay_isolated(const Subject& subj, const prop::Property& p, const prop::Case& c, const std::string& id,
+                        uint64_t seed, double timeout_s) {
+    nlohmann::json req = request_for(subj, "replay");
+    req["property"] = p.id;
+    req["case"] = prop::to_json(c);
+    req["id"] = id;
+    req["seed"] = seed;
+    const ChildRun run = run_isolated(subj, req, timeout_s);
+    prop::CaseResult fresh;
+    fresh.id = id;
+    fresh.property = p.id;
+    fresh.seed = seed;
+    return {interpret(run, fresh, [&] { return c; }, timeout_s, subj.memory_limit, subj.memory_limit_asked),
+            printable(run.output, true), Level::Operation, prop::describe(c)};
+}
+
+CaseRun run_model_case_isolated(const Subject& subj, const std::string& property, const std::string& id,
+                                uint64_t case_seed, double timeout_s) {
+    nlohmann::json req = request_for(subj, "model_case");
+    req["property"] = property;
+    req["id"] = id;
+    req["seed"] = case_seed;
+    const ChildRun run = run_isolated(subj, req, timeout_s);
+    prop::CaseResult fresh;
+    fresh.id = id;
+    fresh.property = property;
+    fresh.seed = case_seed;
+    CaseRun out{interpret(run, fresh, nullptr, timeout_s, subj.memory_limit, subj.memory_limit_asked),
+                printable(run.output, true), Level::Model, ""};
+    // The case in words, drawn here from the seed and the declared caps: no plugin code runs in the parent.
+    if (!conformant(out.result.verdict) && subj.model)
+        out.case_text = model::draw_case(case_seed, subj.model->caps).describe();
+    return out;
+}
+
+uint64_t model_case_seed(uint64_t run_seed, const std::string& property, int index) {
+    return prop::case_seed(run_seed, property, index);
+}
+
+} // namespace kvc::harness

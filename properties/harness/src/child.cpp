@@ -1,0 +1,273 @@
+#include "kvcheck/harness/child.hpp"
+
+#include "kvcheck/harness/report.hpp"
+#include "kvcheck/model/model_properties.hpp"
+#include "kvcheck/model/model_target.hpp"
+
+#include "kvcheck/builtins.hpp"
+#include "kvcheck/properties/runner.hpp"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+#include <new>
+#include <sstream>
+#include <stdexcept>
+
+namespace kvc::harness {
+namespace {
+
+using prop::Verdict;
+
+void send(int fd, char tag, const prop::CaseResult& r) {
+    write_all(fd, std::string(1, tag) + " " + dump_json(prop::to_json(r)) + "\n");
+}
+
+int g_marker_fd = -1;
+
+// operator new's last resort under the memory limit: say so once, then let it throw std::bad_alloc.
+void report_refused_allocation() {
+    static const char marker[] = "M\n";
+    if (g_marker_fd >= 0 && ::write(g_marker_fd, marker, sizeof marker - 1) < 0) {
+    }
+    std::set_new_handler(nullptr);
+}
+
+prop::Target load_in_child(const nlohmann::json& req) {
+    if (req.contains("plugin")) return prop::load_plugin(req.at("plugin").get<std::string>());
+    const std::string name = req.at("builtin").get<std::string>();
+    const Builtin* b = find_builtin(name);
+    if (!b) throw prop::LoadError("unknown built-in \"" + name + "\"");
+    try {
+        return prop::target_from_entry(b->entry, "builtin:" + b->name);
+    } catch (const prop::LoadError& e) {
+        throw prop::LoadError(std::string("built-in ") + b->name + " cannot be used: " + e.what());
+    }
+}
+
+// Which tables a plugin exports. dlopen() runs its constructors: this happens in the probe child only.
+struct Exports {
+    bool operation = false, model = false;
+};
+Exports exports_of(const std::string& path) {
+    Exports e;
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        e.operation = true; // prop::load_plugin says why it cannot be loaded
+        return e;
+    }
+    e.operation = dlsym(h, KVC_ENTRY_SYMBOL) != nullptr;
+    e.model = dlsym(h, KVCM_ENTRY_SYMBOL) != nullptr;
+    if (!e.model) e.operation = true; // neither: prop::load_plugin names the missing symbol
+    return e; // the handle stays open: the loaders below dlopen() the same library again
+}
+
+// The probe: what the parent needs of each exported table, or {"error", "misbehaved"}.
+void probe(const nlohmann::json& req, int fd) {
+    Exports ex;
+    if (req.contains("plugin")) ex = exports_of(req.at("plugin").get<std::string>());
+    else ex.operation = true;
+    nlohmann::json answer = nlohmann::json::object();
+    if (ex.model) {
+        try {
+            const model::ModelTarget m = model::ModelTarget::from_library(req.at("plugin").get<std::string>());
+            const kvcm_model_api* api = m.api();
+            answer["model"] = {{"name", m.name()},
+                               {"version", api->version},
+                               {"abi_major", api->abi_major},
+                               {"abi_minor", api->abi_minor},
+                               {"caps", bytes_hex(&m.caps(), sizeof(kvcm_caps))}};
+        } catch (const model::TargetError& e) {
+            answer = {{"error", req.at("plugin").get<std::string>() + ": the model-level table (" KVCM_ENTRY_SYMBOL
+                                    ") cannot be used: " + e.what()},
+                      {"misbehaved", false}};
+            write_all(fd, "L " + dump_json(answer) + "\n");
+            return;
+        }
+    }
+    if (ex.operation) {
+        try {
+            const prop::Target t = load_in_child(req);
+            const kvc_plugin_api* api = t.api;
+            answer["name"] = t.name;
+            answer["version"] = api->version ? api->version : "(no version)";
+            answer["abi_major"] = api->abi_major;
+            answer["abi_minor"] = api->abi_minor;
+            answer["caps"] = bytes_hex(&t.caps, sizeof t.caps);
+        } catch (const prop::LoadError& e) {
+            const bool misbehaved = dynamic_cast<const prop::PluginMisbehaved*>(&e) != nullptr;
+            answer = {{"error", e.what()}, {"misbehaved", misbehaved}};
+        }
+    }
+    write_all(fd, "L " + dump_json(answer) + "\n");
+}
+
+prop::CaseResult fresh_result(const nlohmann::json& req) {
+    prop::CaseResult r;
+    r.id = req.at("id").get<std::string>();
+    r.property = req.at("property").get<std::string>();
+    r.seed = req.at("seed").get<uint64_t>();
+    return r;
+}
+
+// One model-level case: the property's runner over the one case drawn from the case seed.
+void model_case(const nlohmann::json& req, int fd) {
+    prop::CaseResult r = fresh_result(req);
+    try {
+        const model::ModelTarget t = model::ModelTarget::from_library(req.at("plugin").get<std::string>());
+        const model::PropertyResult p = model::run_model_property(t, r.property, r.seed, 1);
+        r.verdict = p.verdict;
+        r.reason = p.verdict == Verdict::Pass ? std::string() : p.message;
+        r.headroom = p.worst_headroom;
+        if (p.verdict == Verdict::Fail) {
+            r.failed_property = r.property;
+            r.notes.push_back("not shrunk: a model-level case is drawn again from its case seed");
+        }
+    } catch (const model::TargetError& e) {
+        r.verdict = Verdict::Error;
+        r.reason = std::string("the implementation could not be loaded again in the case process: ") + e.what();
+    }
+    nlohmann::json j = prop::to_json(r);
+    j.erase("counterexample"); // the model case is its seed; the reason describes it
+    j.erase("counterexample_text");
+    write_all(fd, "F " + dump_json(j) + "\n");
+}
+
+} // namespace
+
+std::string bytes_hex(const void* p, std::size_t n) {
+    static const char digits[] = "0123456789abcdef";
+    const auto* b = static_cast<const unsigned char*>(p);
+    std::string s;
+    for (std::size_t i = 0; i < n; ++i) {
+        s += digits[b[i] >> 4];
+        s += digits[b[i] & 15];
+    }
+    return s;
+}
+
+bool bytes_from_hex(const std::string& s, void* p, std::size_t n) {
+    if (s.size() != 2 * n) return false;
+    auto* b = static_cast<unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto nibble = [](char c) { return c >= 'a' ? c - 'a' + 10 : c - '0'; };
+        b[i] = static_cast<unsigned char>(nibble(s[2 * i]) << 4 | nibble(s[2 * i + 1]));
+    }
+    return true;
+}
+
+void run_request(const nlohmann::json& req, int fd) {
+    g_marker_fd = fd;
+    if (req.value("memory_limit", uint64_t{0})) std::set_new_handler(report_refused_allocation);
+    const std::string kind = req.at("kind").get<std::string>();
+    if (kind == "probe") return probe(req, fd);
+    if (kind == "model_case") return model_case(req, fd);
+    prop::Target t;
+    try {
+        t = load_in_child(req);
+    } catch (const prop::LoadError& e) {
+        prop::CaseResult r = fresh_result(req);
+        r.verdict = Verdict::Error;
+        r.reason = std::string("the implementation could not be loaded again in the case process: ") + e.what();
+        send(fd, 'F', r);
+        return;
+    }
+    const prop::Property* p = prop::find_property(req.at("property").get<std::string>());
+    if (!p) throw std::invalid_argument("unknown property in the request");
+    if (kind == "replay") {
+        prop::CaseResult r = prop::evaluate_case(t, *p, prop::case_from_json(req.at("case")));
+        r.id = req.at("id").get<std::string>();
+        r.seed = req.at("seed").get<uint64_t>();
+        send(fd, 'F', r);
+        return;
+    }
+    prop::RunSettings s;
+    s.seed = req.at("run_seed").get<uint64_t>();
+    s.cases = req.at("cases").get<int>();
+    s.max_shrink_runs = req.at("max_shrink_runs").get<int>();
+    const int index = req.at("index").get<int>();
+    const std::string unshrunk_note = req.at("unshrunk_note").get<std::string>();
+    prop::CaseResult first = prop::evaluate_case(t, *p, prop::generate_case(*p, s, index, &t.caps));
+    first.id = prop::case_id(p->id, index);
+    first.seed = prop::case_seed(s.seed, p->id, index);
+    if (first.verdict != Verdict::Fail) {
+        send(fd, 'F', first);
+        return;
+    }
+    if (!unshrunk_note.empty()) {
+        first.notes.push_back(unshrunk_note);
+        send(fd, 'F', first);
+        return;
+    }
+    send(fd, 'P', first); // survives if shrinking crashes or hangs
+    send(fd, 'F', prop::shrink_case(t, *p, s, index, std::move(first)));
+}
+
+nlohmann::json request_for(const Subject& s, const std::string& kind) {
+    nlohmann::json req = {{"kind", kind}, {"memory_limit", s.memory_limit}};
+    if (!s.plugin_file.empty()) req["plugin"] = s.plugin_file;
+    else req["builtin"] = s.builtin;
+    return req;
+}
+
+ChildRun run_isolated(const Subject& s, const nlohmann::json& req, double timeout_s) {
+    ChildLimits limits;
+    limits.timeout_s = timeout_s;
+    limits.address_space_bytes = s.memory_limit;
+    const std::string text = s.isolation == Isolation::Exec ? dump_json(req) : std::string();
+    return run_in_child(
+        [&](int fd) {
+            if (s.isolation == Isolation::Exec) exec_self(text, fd);
+            run_request(req, fd);
+        },
+        limits);
+}
+
+std::string ending_text(const ChildRun& run, double timeout_s) {
+    std::ostringstream m;
+    switch (run.end) {
+    case ChildRun::End::Signaled: m << "died of " << signal_description(run.code); break;
+    case ChildRun::End::TimedOut: m << "gave no result within the " << timeout_s << " s timeout and was killed"; break;
+    case ChildRun::End::Flooded:
+        m << "wrote more than kvcheck reads from a case process to " << run.flooded << " and was killed";
+        break;
+    case ChildRun::End::Exited:
+        if (run.code == kExecFailed) m << "could not execute kvcheck again (exec isolation)";
+        else if (run.code == kBodyThrew) m << "ended on an exception that escaped into the harness";
+        else m << "ended the process (exit status " << run.code << ")";
+        break;
+    }
+    return m.str();
+}
+
+// The re-executed kvcheck of exec isolation: the request on kRequestFd, the answer on kResultFd, as in a fork()ed
+// child. Not a subcommand: main() calls it before parsing any option.
+void exec_child_main() {
+    std::string text;
+    char chunk[65536];
+    for (;;) {
+        const ssize_t n = ::read(kRequestFd, chunk, sizeof chunk);
+        if (n > 0) text.append(chunk, static_cast<std::size_t>(n));
+        else if (n == 0) break;
+        else if (errno != EINTR) break;
+    }
+    ::close(kRequestFd);
+    const nlohmann::json req = nlohmann::json::parse(text, nullptr, false);
+    if (req.is_discarded() || !req.is_object()) {
+        std::cerr << "kvcheck: " << kExecChildCommand << " is kvcheck's own: it runs what kvcheck validate sends it\n";
+        _exit(2); // kExitBadInput
+    }
+    std::setvbuf(stdout, nullptr, _IONBF, 0);
+    int status = 0;
+    try {
+        run_request(req, kResultFd);
+    } catch (...) {
+        status = kBodyThrew;
+    }
+    _exit(status); // as a fork()ed child ends: no atexit handlers, no destructors of the implementation's statics
+}
+
+} // namespace kvc::harness

@@ -1,0 +1,251 @@
+#include "kvcheck/harness/subjects.hpp"
+
+#include "kvcheck/harness/child.hpp"
+#include "kvcheck/harness/errors.hpp"
+#include "kvcheck/harness/vocabulary.hpp"
+
+#include "kvcheck/builtins.hpp"
+
+#include <cctype>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace kvc::harness {
+namespace {
+
+constexpr uint64_t kDefaultMemoryLimit = uint64_t{8} << 30;   // host plugins, per case (docs/cli.md, Isolation)
+constexpr uint64_t kSmallestMemoryLimit = uint64_t{64} << 20; // kvcheck itself needs some to run a case at all
+
+// Runs the probe: loads the implementation in a child and returns what the parent needs. Throws BadInput (it cannot
+// be loaded, or a table is malformed: exit 2) or PluginFailed (it misbehaved while being loaded: exit 4).
+Subject probe(Subject s, const IsolationOptions& o) {
+    const std::optional<uint64_t> limit = parse_memory_limit(o.memory_limit);
+    // Before the probe the memory space is unknown: the probe uses only what was asked for explicitly.
+    s.isolation = o.isolation == "exec" ? Isolation::Exec : Isolation::Fork;
+    s.memory_limit = limit.value_or(0);
+    const ChildRun run = run_isolated(s, request_for(s, "probe"), o.timeout);
+    const std::string& origin = s.target.origin;
+    std::optional<nlohmann::json> answer;
+    bool stray = false;
+    std::istringstream lines(run.result);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("L ", 0) == 0 && !answer) answer = nlohmann::json::parse(line.substr(2), nullptr, false);
+        else if (line != "M") stray = true;
+    }
+    if (run.end == ChildRun::End::Exited && run.code == kExecFailed)
+        throw std::runtime_error("could not execute kvcheck again for exec isolation (/proc/self/exe)");
+    std::string problem;
+    if (run.end != ChildRun::End::Exited || run.code != 0)
+        problem = "the loading process " + ending_text(run, o.timeout);
+    else if (stray || (answer && (answer->is_discarded() || !answer->is_object())))
+        problem = "something other than kvcheck wrote to the loading process's result descriptor";
+    else if (!answer) problem = "the implementation ended the loading process (exit status 0) before it had loaded";
+    if (problem.empty() && answer->contains("error")) {
+        std::string error = printable(answer->at("error").get<std::string>());
+        if (!answer->value("misbehaved", false)) throw BadInput(error);
+        if (error.rfind(origin + ": ", 0) == 0) error.erase(0, origin.size() + 2);
+        problem = error;
+    }
+    kvc_caps caps{};
+    if (problem.empty()) {
+        try {
+            s.operation = answer->contains("caps");
+            if (s.operation && !bytes_from_hex(answer->at("caps").get<std::string>(), &caps, sizeof caps))
+                problem = "malformed answer from the probe";
+            if (s.operation) {
+                s.target.name = printable(answer->at("name").get<std::string>());
+                s.version = printable(answer->at("version").get<std::string>());
+                s.abi_major = answer->at("abi_major").get<uint32_t>();
+                s.abi_minor = answer->at("abi_minor").get<uint32_t>();
+            }
+            if (answer->contains("model")) {
+                const nlohmann::json& m = answer->at("model");
+                ModelSide side;
+                side.name = printable(m.at("name").get<std::string>());
+                side.version = printable(m.at("version").get<std::string>());
+                side.abi_major = m.at("abi_major").get<uint32_t>();
+                side.abi_minor = m.at("abi_minor").get<uint32_t>();
+                if (!bytes_from_hex(m.at("caps").get<std::string>(), &side.caps, sizeof side.caps))
+                    problem = "malformed answer from the probe";
+                s.model = side;
+                if (!s.operation) s.target.name = side.name;
+            }
+            if (!s.operation && !s.model) problem = "malformed answer from the probe (no table)";
+        } catch (const nlohmann::json::exception& e) {
+            problem = std::string("malformed answer from the probe (") + e.what() + ")";
+        }
+    }
+    if (!problem.empty()) {
+        std::string text = origin + ": the implementation failed while being loaded (in its constructors, the entry "
+                                    "function or get_caps): " + problem;
+        if (!run.output.empty()) {
+            std::string tail = run.output.size() > 400 ? run.output.substr(run.output.size() - 400) : run.output;
+            text += "; it wrote: " + printable(tail);
+        }
+        throw PluginFailed(text);
+    }
+    s.target.caps = caps;
+    const bool device = s.operation && caps.memory_space == KVC_MEMORY_DEVICE;
+    s.isolation = o.isolation == "fork" ? Isolation::Fork
+                  : o.isolation == "exec" || device ? Isolation::Exec
+                                                    : Isolation::Fork;
+    // RLIMIT_AS counts address space, not memory: a device runtime reserves terabytes of it. No default limit there.
+    s.memory_limit = limit ? *limit : device ? 0 : kDefaultMemoryLimit;
+    s.memory_limit_asked = limit.has_value();
+    return s;
+}
+
+Subject load_builtin(const Builtin& b, const IsolationOptions& o) {
+    Subject s;
+    s.target.origin = "builtin:" + b.name;
+    s.builtin = b.name;
+    s.label = b.name;
+    s.target_args = "--builtin " + b.name;
+    return probe(std::move(s), o);
+}
+
+} // namespace
+
+const char* level_name(Level l) { return l == Level::Model ? "model" : "operation"; }
+
+const char* isolation_name(Isolation i) { return i == Isolation::Exec ? "exec" : "fork"; }
+
+std::string shell_quote(const std::string& s) {
+    const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                         "0123456789_./:=+-,@%") == std::string::npos;
+    if (plain) return s;
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+std::optional<uint64_t> parse_memory_limit(const std::string& text) {
+    if (text == "auto") return std::nullopt;
+    if (text == "none" || text == "0") return uint64_t{0};
+    static const std::regex form("([0-9]{1,12})(\\.[0-9]{1,6})?([KMGTkmgt]i?B?|B)?");
+    std::smatch m;
+    long double bytes = 0;
+    if (std::regex_match(text, m, form)) {
+        bytes = std::stold(m[1].str() + m[2].str());
+        const std::string unit = m[3].str();
+        const char u = unit.empty() ? 'B' : static_cast<char>(std::toupper(static_cast<unsigned char>(unit[0])));
+        for (const char step : {'K', 'M', 'G', 'T'}) {
+            bytes *= 1024;
+            if (u == step) break;
+            if (step == 'T' || u == 'B') bytes /= 1024; // (undone for bytes, at the first step)
+            if (u == 'B') break;
+        }
+    }
+    if (bytes < static_cast<long double>(kSmallestMemoryLimit) || bytes > 1e18L)
+        throw BadInput("--memory-limit " + text + ": expected auto, none, or a size of at least 64M such as 4G, "
+                                                  "512M or 8589934592 (bytes)");
+    return static_cast<uint64_t>(bytes);
+}
+
+std::string bytes_text(uint64_t b) {
+    std::ostringstream s;
+    if (b >= (uint64_t{1} << 30) && b % (uint64_t{1} << 30) == 0) s << (b >> 30) << " GiB";
+    else if (b >= (uint64_t{1} << 20) && b % (uint64_t{1} << 20) == 0) s << (b >> 20) << " MiB";
+    else s << b << " bytes";
+    return s.str();
+}
+
+void check_timeout(double timeout) {
+    // CLI11's range check lets NaN through (every comparison with it is false): NaN would switch timeouts off.
+    if (!(timeout >= 0.001 && timeout <= 1e6)) {
+        std::ostringstream m;
+        m << "--timeout " << timeout << ": expected seconds from 0.001 to 1000000";
+        throw BadInput(m.str());
+    }
+}
+
+std::string isolation_args(const IsolationOptions& o) {
+    std::string a;
+    if (o.isolation != "auto") a += " --isolation " + o.isolation;
+    if (o.memory_limit != "auto") a += " --memory-limit " + shell_quote(o.memory_limit);
+    return a;
+}
+
+std::vector<Subject> load_subjects(const std::string& plugin, const std::string& builtin, bool allow_all,
+                                   const IsolationOptions& o, std::vector<Skipped>* skipped) {
+    if (plugin.empty() == builtin.empty())
+        throw BadInput("give exactly one of --plugin PATH or --builtin NAME (see kvcheck list for the built-ins)");
+    std::vector<Subject> out;
+    if (!plugin.empty()) {
+        Subject s;
+        // dlopen() searches the library path for a name without a slash; a file name given here means that file.
+        s.plugin_file = plugin.find('/') == std::string::npos ? "./" + plugin : plugin;
+        if (!std::ifstream(s.plugin_file).good()) throw BadInput(plugin + ": cannot open the file");
+        s.target.origin = s.plugin_file;
+        s.target_args = "--plugin " + shell_quote(plugin);
+        s = probe(std::move(s), o);
+        s.label = s.target.name;
+        out.push_back(std::move(s));
+        return out;
+    }
+    if (builtin == "all" && allow_all) {
+        for (const Builtin& b : builtins()) {
+            const std::string why = unavailable_reason(b);
+            if (why.empty()) out.push_back(load_builtin(b, o));
+            else if (skipped) skipped->push_back({b.name, why});
+        }
+        if (out.empty()) throw NotRunnable("no built-in implementation can run on this machine");
+        return out;
+    }
+    const Builtin* b = find_builtin(builtin);
+    if (!b) {
+        std::string known;
+        for (const Builtin& x : builtins()) known += " " + x.name;
+        throw BadInput("unknown built-in \"" + builtin + "\"; this build has:" + known +
+                       (allow_all ? " (or all)" : ""));
+    }
+    const std::string why = unavailable_reason(*b);
+    if (!why.empty()) throw NotRunnable("built-in " + b->name + " cannot run on this machine: " + why);
+    out.push_back(load_builtin(*b, o));
+    return out;
+}
+
+std::string subject_header(const Subject& s) {
+    std::ostringstream o;
+    if (s.operation) {
+        o << "implementation: " << s.target.name << " " << s.version << " (" << printable(s.target.origin)
+          << "), ABI " << s.abi_major << "." << s.abi_minor << "\n";
+        o << caps_to_text(s.target.caps, "  ");
+    }
+    if (s.model) {
+        o << (s.operation ? "  model level: " : "implementation (model level): ") << s.model->name << " "
+          << s.model->version << (s.operation ? "" : " (" + printable(s.target.origin) + ")") << ", model ABI "
+          << s.model->abi_major << "." << s.model->abi_minor << "\n";
+        o << model_caps_to_text(s.model->caps, "  ");
+    }
+    o << "  isolation: " << isolation_name(s.isolation) << ", memory limit per case: "
+      << (s.memory_limit ? bytes_text(s.memory_limit) : std::string("none")) << "\n";
+    return o.str();
+}
+
+nlohmann::json subject_json(const Subject& s) {
+    nlohmann::json levels = nlohmann::json::array();
+    if (s.operation) levels.push_back("operation");
+    if (s.model) levels.push_back("model");
+    nlohmann::json j = {{"name", s.target.name},
+                        {"version", s.operation ? s.version : s.model->version},
+                        {"origin", s.target.origin},
+                        {"label", s.label},
+                        {"levels", levels},
+                        {"isolation", isolation_name(s.isolation)},
+                        {"memory_limit_bytes",
+                         s.memory_limit ? nlohmann::json(s.memory_limit) : nlohmann::json(nullptr)}};
+    if (s.operation) {
+        j["abi"] = {{"major", s.abi_major}, {"minor", s.abi_minor}};
+        j["capabilities"] = caps_to_json(s.target.caps);
+    }
+    if (s.model)
+        j["model"] = {{"name", s.model->name},
+                      {"version", s.model->version},
+                      {"abi", {{"major", s.model->abi_major}, {"minor", s.model->abi_minor}}},
+                      {"capabilities", model_caps_to_json(s.model->caps)}};
+    return j;
+}
+
+} // namespace kvc::harness

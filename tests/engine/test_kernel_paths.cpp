@@ -1,0 +1,148 @@
+// The AVX2 split kernel's two paths for tiles of several rows (the group path of 2026-12-01, and the direct path it
+// replaced; attention_kernel.hpp) must give the same bits: the engine's determinism contract does not say which
+// path ran, and the benchmark's A/B compares their speed assuming equal results. Random shapes (dtype, rows, heads
+// per call, block size, head_dim, causal limits, split), seed printed; each path is also checked against the
+// portable kernel within a loose bound, so a path that computes garbage identically in both would still fail.
+#include "engine_test_util.hpp"
+
+#include "attention_kernel.hpp"
+#include "dtype_convert.hpp"
+#include "simd.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace kvc::test {
+namespace {
+
+using opt::RowTile;
+using opt::SoftmaxState;
+using opt::SplitArgs;
+
+// One random case: a pool of blocks in shuffled order, a tile of n rows per head, nh heads per call.
+struct KernelCase {
+    uint32_t dtype, block, kv_heads, head_dim, nh, k0;
+    int n;
+    kvc_kv_layout layout{};
+    std::vector<uint8_t> pool;
+    std::vector<uint8_t*> bases;
+    std::vector<uint32_t> table;
+    std::vector<float> q; // [nh][n][padded_dim]
+    RowTile tiles[opt::kMaxCallRows];
+
+    explicit KernelCase(Rng& rng) {
+        const uint32_t dtypes[] = {KVC_DTYPE_F16, KVC_DTYPE_BF16, KVC_DTYPE_F32};
+        const uint32_t dims[] = {1, 5, 8, 12, 64, 100, 128, 256};
+        dtype = dtypes[rng.below(3)];
+        block = 1 + rng.below(rng.below(2) ? 300 : 40);
+        head_dim = dims[rng.below(8)];
+        n = 1 + static_cast<int>(rng.below(opt::kTileRows));
+        nh = 1 + rng.below(opt::max_call_heads(n));
+        kv_heads = nh + rng.below(3);
+        const uint32_t first_head = kv_heads - nh; // the call covers the last nh heads
+        const uint32_t eb = dtype == KVC_DTYPE_F32 ? 4 : 2;
+        layout = kvc_kv_layout_make(block, kv_heads, head_dim, eb);
+        k0 = opt::kSplitKeys * rng.below(3);
+        // limits: non-decreasing (rows in token order), the last reaching into or past the split
+        const uint32_t last = k0 + 1 + rng.below(opt::kSplitKeys + 40);
+        const uint32_t dq = opt::padded_dim(head_dim);
+        q.assign(size_t(nh) * n * dq, 0.0f);
+        const uint32_t n_blocks = (last + block - 1) / block;
+        pool.resize(size_t(n_blocks) * kvc_kv_block_bytes(&layout));
+        for (uint32_t b = 0; b < n_blocks; ++b) table.push_back(b);
+        for (uint32_t b = n_blocks; b > 1; --b) std::swap(table[b - 1], table[rng.below(b)]);
+        for (uint32_t b = 0; b < n_blocks; ++b) bases.push_back(pool.data() + size_t(b) * kvc_kv_block_bytes(&layout));
+        layout.block_base = bases.data();
+        const std::vector<float> kv = rng.normal(pool.size() / eb);
+        for (size_t i = 0; i < kv.size(); ++i) opt::store_elem(kv[i], dtype, pool.data() + i * eb);
+        uint32_t limits[opt::kTileRows];
+        for (int r = n - 1; r >= 0; --r) { // each row sees 0 to 2 keys fewer than the next, and at least 1
+            const uint32_t fewer = rng.below(3);
+            limits[r] = r == n - 1 ? last : limits[r + 1] > fewer ? std::max<uint32_t>(1, limits[r + 1] - fewer) : 1;
+        }
+        for (uint32_t h = 0; h < nh; ++h) {
+            tiles[h].n = n;
+            for (int r = 0; r < n; ++r) {
+                float* qr = q.data() + (size_t(h) * n + r) * dq;
+                const std::vector<float> v = rng.normal(head_dim);
+                std::copy(v.begin(), v.end(), qr);
+                tiles[h].q[r] = qr;
+                tiles[h].limit[r] = limits[r];
+            }
+        }
+        first_head_ = first_head;
+    }
+
+    // The states of every row of every head, flattened: m, l, then o[head_dim], per (head, row).
+    std::vector<float> run(opt::SplitKernel kernel) const {
+        const uint32_t dq = opt::padded_dim(head_dim);
+        std::vector<float> o(size_t(nh) * opt::kTileRows * dq, NAN);
+        SoftmaxState st[opt::kMaxCallRows * opt::kTileRows];
+        for (uint32_t h = 0; h < nh; ++h)
+            for (int r = 0; r < opt::kTileRows; ++r) st[h * opt::kTileRows + r].o = o.data() + (h * opt::kTileRows + r) * dq;
+        const SplitArgs args{&layout, table.data(), first_head_, 1.0f / std::sqrt(float(head_dim))};
+        kernel(args, nh, tiles, k0, st);
+        std::vector<float> flat;
+        for (uint32_t h = 0; h < nh; ++h)
+            for (int r = 0; r < n; ++r) {
+                const SoftmaxState& s = st[h * opt::kTileRows + r];
+                flat.push_back(s.m);
+                flat.push_back(s.l);
+                flat.insert(flat.end(), s.o, s.o + head_dim);
+            }
+        return flat;
+    }
+
+    std::string describe() const {
+        return "dtype " + std::to_string(dtype) + ", block " + std::to_string(block) + ", head_dim " +
+               std::to_string(head_dim) + ", rows " + std::to_string(n) + ", heads per call " + std::to_string(nh) +
+               ", k0 " + std::to_string(k0) + ", last limit " + std::to_string(tiles[0].limit[n - 1]);
+    }
+
+private:
+    uint32_t first_head_ = 0;
+};
+
+// Restores the process-wide switch however the test ends.
+struct GroupPathSwitch {
+    bool before = opt::avx2_group_path();
+    ~GroupPathSwitch() { opt::set_avx2_group_path(before); }
+};
+
+TEST(KernelPaths, GroupPathMatchesDirectPathBitwise) {
+    if (!opt::cpu_has_avx2_f16c()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C: the AVX2 kernel cannot run here";
+    GroupPathSwitch restore;
+    Rng rng(test_seed(20261201));
+    int cases_with_group_rows = 0;
+    for (int c = 0; c < 300; ++c) {
+        const KernelCase kc(rng);
+        const opt::SplitKernel avx2 = opt::split_kernel_avx2(kc.dtype);
+        opt::set_avx2_group_path(true);
+        const std::vector<float> group = kc.run(avx2);
+        opt::set_avx2_group_path(false);
+        const std::vector<float> direct = kc.run(avx2);
+        const std::vector<float> portable = kc.run(opt::split_kernel_scalar(kc.dtype));
+        ASSERT_EQ(group.size(), direct.size());
+        ASSERT_EQ(0, std::memcmp(group.data(), direct.data(), group.size() * sizeof(float)))
+            << "case " << c << ": " << kc.describe();
+        // against the portable kernel (another order of additions): the same state up to rounding. m is a
+        // maximum of scores, l a sum of up to 256 terms <= 1, o a sum of p * v with |v| a few units.
+        for (size_t i = 0; i < group.size(); ++i) {
+            const float a = group[i], b = portable[i];
+            if (std::isinf(a) || std::isinf(b)) {
+                ASSERT_EQ(a, b) << "case " << c << ", value " << i << ": " << kc.describe();
+                continue;
+            }
+            ASSERT_NEAR(a, b, 1e-3f * (1.0f + std::fabs(b))) << "case " << c << ", value " << i << ": " << kc.describe();
+        }
+        if (kc.n >= 4) ++cases_with_group_rows;
+    }
+    EXPECT_GT(cases_with_group_rows, 50) << "the random shapes must exercise tiles of 4 rows or more";
+}
+
+} // namespace
+} // namespace kvc::test

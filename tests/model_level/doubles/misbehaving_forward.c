@@ -1,0 +1,32 @@
+/* Misbehaving doubles: the C example whose forward() crashes (KVX_MISBEHAVE_CRASH: abort(), SIGABRT) or never
+   returns (otherwise: it sleeps forever). Loading, get_caps and create behave, so the harness must catch the case
+   itself: CRASH and TIMEOUT at the model level, as at the operation level. Built only as plugins: a test that
+   linked them would crash or hang itself. */
+#define KVX_ENTRY kvcm_double_well_behaved_entry
+#define KVX_NAME "double-misbehaving-forward"
+#include "model_example.c"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static kvcm_model_api misbehaving_api;
+
+static kvc_status misbehaving_forward(kvcm_model* model, uint32_t seq, uint32_t n_tokens, const int32_t* tokens,
+                                      float* logits_out) {
+    (void)model, (void)seq, (void)n_tokens, (void)tokens, (void)logits_out;
+#ifdef KVX_MISBEHAVE_CRASH
+    abort();
+#else
+    for (;;) pause();
+#endif
+    return KVC_ERR_INTERNAL; /* never reached */
+}
+
+const kvcm_model_api* kvcheck_model_entry(uint32_t harness_abi_major, uint32_t harness_abi_minor);
+const kvcm_model_api* kvcheck_model_entry(uint32_t harness_abi_major, uint32_t harness_abi_minor) {
+    const kvcm_model_api* inner = kvcm_double_well_behaved_entry(harness_abi_major, harness_abi_minor);
+    if (inner == NULL) return NULL;
+    misbehaving_api = *inner;
+    misbehaving_api.forward = misbehaving_forward;
+    return &misbehaving_api;
+}
