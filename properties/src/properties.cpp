@@ -123,7 +123,8 @@ Outcome batch(const Target& t, const Case& c) {
     for (const auto& [key, out] : batched.outputs) {
         const auto it = singles.outputs.find(key);
         if (it == singles.outputs.end() || it->second.size() != out.size() ||
-            std::memcmp(it->second.data(), out.data(), out.size() * sizeof(float)) != 0)
+            (!out.empty() && // an empty output has no data pointer: memcmp must not see it (UBSan)
+             std::memcmp(it->second.data(), out.data(), out.size() * sizeof(float)) != 0))
             bitwise = false;
     }
     o.notes.push_back(bitwise ? "bitwise batch-invariant: yes"

@@ -265,6 +265,27 @@ TEST_F(Hostile, GarbageOnTheResultPipeIsAnErrorAndTheReportIsComplete) {
     EXPECT_TRUE(fs::exists(path("junit.xml")));
 }
 
+// Whole lines of garbage on the result pipe (hostile_call.c, line_scribbler): the case process's own result line
+// still arrives intact after them, but a result beside bytes that are not the protocol is not trusted. Each case is an
+// ERROR (before this, the intact line won and the cases PASSed), and the result it carried is kept in a note.
+TEST_F(Hostile, ALegibleResultBesideGarbageOnThePipeIsNotTrusted) {
+    const Outcome r = kvcheck("validate " + hostile("line_scribbler") +
+                              " --filter '^EQUIV/' --cases 3 --report report.json");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    const nlohmann::json rep = report();
+    ASSERT_FALSE(rep.is_discarded()) << r.all();
+    const auto& cases = rep.at("implementations").at(0).at("cases");
+    ASSERT_EQ(cases.size(), 3u) << r.out;
+    for (const auto& c : cases) {
+        EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
+        const std::string reason = c.at("reason").get<std::string>();
+        EXPECT_NE(reason.find("not trusted"), std::string::npos) << reason;
+        EXPECT_FALSE(has_control_characters(reason, false)) << reason;
+        EXPECT_NE(c.dump().find("the result the pipe also carried: PASS"), std::string::npos) << c.dump();
+    }
+    EXPECT_EQ(rep.at("counts").at("ERROR"), 3) << rep.at("counts");
+}
+
 // Sizes near 2^64 (hostile_call.c, huge_memory: capacity and pool of 2^64 - 1 each once anything is cached): NO-Q and
 // MEMORY fail, and every byte count they print is huge, never negative (a 64-bit sum would wrap to -2; issue 13
 // item 6; properties/src/session.cpp after_call saturates each size).

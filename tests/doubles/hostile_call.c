@@ -7,6 +7,9 @@
  *                     lists /proc/self/fd), so the case process's result pipe to kvcheck carries bytes that are
  *                     not the protocol: a "P"/"F" line whose JSON does not parse, and no newline at the end, so that
  *                     the case process's own result line is garbled too. The verdict must be ERROR, with the reason.
+ *   2 line_scribbler  the same with whole lines only (each ends in a newline), so the case process's own result
+ *                     line still arrives intact after them. A result beside bytes that are not the protocol is not
+ *                     trusted: the verdict must still be ERROR.
  *   1 huge_memory     memory() reports capacity_bytes and pool_bytes of 2^64 - 1 once anything is cached (honest
  *                     numbers plus 60,000 pool bytes while empty): the sum would wrap to -2 in 64-bit integers. NO-Q
  *                     and MEMORY must FAIL with a huge byte count, never a negative one.
@@ -21,7 +24,7 @@
 #include <unistd.h>
 
 #ifndef KVC_HOSTILE_CALL
-#error "KVC_HOSTILE_CALL selects the double (0..1)"
+#error "KVC_HOSTILE_CALL selects the double (0..2)"
 #endif
 
 #define KVC_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -29,8 +32,12 @@
 static const kvc_plugin_api* inner(void) { return kvc_example_entry(KVC_ABI_VERSION_MAJOR, KVC_ABI_VERSION_MINOR); }
 
 static void scribble_on_every_descriptor(void) {
-    /* "F " with JSON that does not parse (a number out of range, as the fuzzer found), then bytes without a newline */
-    static const char garbage[] = "\x01\x02garbage\nF {\"verdict\": 1e400}\nP [\nnot the protocol \xff\xfe";
+    /* "F " with JSON that does not parse (a number out of range, as the fuzzer found), then bytes without a newline
+     * (pipe_scribbler), or whole lines only (line_scribbler) */
+    static const char torn[] = "\x01\x02garbage\nF {\"verdict\": 1e400}\nP [\nnot the protocol \xff\xfe";
+    static const char lines[] = "\x01\x02garbage\nF {\"verdict\": 1e400}\nP [\nnot the protocol \xff\xfe\n";
+    const char* garbage = KVC_HOSTILE_CALL == 2 ? lines : torn;
+    const size_t size = KVC_HOSTILE_CALL == 2 ? sizeof lines - 1 : sizeof torn - 1;
     DIR* d;
     struct dirent* e;
     /* Writing into a pipe nobody reads would end the process with SIGPIPE, a CRASH (its own row): this double is
@@ -41,14 +48,14 @@ static void scribble_on_every_descriptor(void) {
     while ((e = readdir(d)) != NULL) {
         const int fd = atoi(e->d_name);
         if (fd > 2 && fd != dirfd(d))
-            if (write(fd, garbage, sizeof garbage - 1) < 0) continue; /* read ends, closed ones: nothing to do */
+            if (write(fd, garbage, size) < 0) continue; /* read ends, closed ones: nothing to do */
     }
     closedir(d);
 }
 
 static kvc_status hc_append_attend(kvc_cache* c, uint32_t seq, uint32_t layer, uint32_t n_new, const float* q,
                                    const float* k, const float* v, float* out) {
-    if (KVC_HOSTILE_CALL == 0) scribble_on_every_descriptor();
+    if (KVC_HOSTILE_CALL != 1) scribble_on_every_descriptor();
     return inner()->append_attend(c, seq, layer, n_new, q, k, v, out);
 }
 
@@ -71,7 +78,7 @@ const kvc_plugin_api* kvcheck_plugin_entry(uint32_t major, uint32_t minor) {
     (void)minor;
     if (inner() == NULL || major != KVC_ABI_VERSION_MAJOR) return NULL;
     g_api = *inner();
-    g_api.name = KVC_HOSTILE_CALL == 0 ? "pipe_scribbler" : "huge_memory";
+    g_api.name = KVC_HOSTILE_CALL == 0 ? "pipe_scribbler" : KVC_HOSTILE_CALL == 1 ? "huge_memory" : "line_scribbler";
     g_api.append_attend = hc_append_attend;
     g_api.memory = hc_memory;
     return &g_api;

@@ -73,6 +73,15 @@ prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
                                              (unreadable.empty() ? std::string() : " (" + unreadable + ")");
         }
     }
+    // Bytes that are not the protocol beside a readable result: something other than kvcheck's case process wrote to
+    // its result pipe (the implementation can reach the descriptor), so the result on it is not trusted.
+    if (!unreadable.empty() && (final_result || provisional) && run.end != ChildRun::End::Flooded) {
+        r.notes.push_back(std::string("the result the pipe also carried: ") + prop::verdict_name(r.verdict));
+        r.verdict = Verdict::Error;
+        r.reason = "the case process ended without a readable result: its result pipe also carried bytes that are "
+                   "not the protocol (" + unreadable + "), so the result on it is not trusted";
+        r.counterexample = make_case();
+    }
     // The memory limit: a refused allocation seen by the harness, or a refusal the implementation reported, is an
     // ERROR naming the limit, not the implementation's fault as such.
     if (memory_limit && !conformant(r.verdict)) {

@@ -17,6 +17,25 @@ namespace {
 constexpr uint64_t kDefaultMemoryLimit = uint64_t{8} << 30;   // host plugins, per case (docs/cli.md, Isolation)
 constexpr uint64_t kSmallestMemoryLimit = uint64_t{64} << 20; // kvcheck itself needs some to run a case at all
 
+// Why no address-space limit can apply here, or nullptr. Under AddressSanitizer (tools/sanitize.sh) the shadow
+// memory alone takes terabytes of address space, so a case process under RLIMIT_AS cannot even start.
+const char* address_limit_impossible() {
+#if defined(__SANITIZE_ADDRESS__) // g++ and clang >= 14 define it with -fsanitize=address
+    return "kvcheck was built with AddressSanitizer, whose shadow memory takes terabytes of address space";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    return "kvcheck was built with AddressSanitizer, whose shadow memory takes terabytes of address space";
+#endif
+#endif
+    return nullptr;
+}
+
+// The default: 8 GiB for host implementations; none for a device runtime (it reserves terabytes of address space)
+// and none in a sanitizer build of kvcheck itself.
+uint64_t default_memory_limit(bool device) {
+    return device || address_limit_impossible() ? 0 : kDefaultMemoryLimit;
+}
+
 // Runs the probe: loads the implementation in a child and returns what the parent needs. Throws BadInput (it cannot
 // be loaded, or a table is malformed: exit 2) or PluginFailed (it misbehaved while being loaded: exit 4).
 Subject probe(Subject s, const IsolationOptions& o) {
@@ -91,7 +110,7 @@ Subject probe(Subject s, const IsolationOptions& o) {
                   : o.isolation == "exec" || device ? Isolation::Exec
                                                     : Isolation::Fork;
     // RLIMIT_AS counts address space, not memory: a device runtime reserves terabytes of it. No default limit there.
-    s.memory_limit = limit ? *limit : device ? 0 : kDefaultMemoryLimit;
+    s.memory_limit = limit ? *limit : default_memory_limit(device);
     s.memory_limit_asked = limit.has_value();
     return s;
 }
@@ -140,6 +159,9 @@ std::optional<uint64_t> parse_memory_limit(const std::string& text) {
     if (bytes < static_cast<long double>(kSmallestMemoryLimit) || bytes > 1e18L)
         throw BadInput("--memory-limit " + text + ": expected auto, none, or a size of at least 64M such as 4G, "
                                                   "512M or 8589934592 (bytes)");
+    if (const char* why = address_limit_impossible())
+        throw BadInput("--memory-limit " + text + ": no address-space limit can apply to a case here: " + why +
+                       " (use auto or none)");
     return static_cast<uint64_t>(bytes);
 }
 
