@@ -1,4 +1,5 @@
 #include "kvcheck/properties/heap.hpp"
+#include "kvcheck/properties/sanitizers.hpp"
 
 #include <malloc.h>
 
@@ -18,14 +19,9 @@ bool heap_accounting_exact() {
 }
 
 const char* heap_watch_blind_reason() {
-#if defined(__SANITIZE_ADDRESS__) // g++ and clang >= 14 define it with -fsanitize=address
-    return "the allocator watch is blind in an AddressSanitizer build (ASan's allocator bypasses glibc's mallinfo2)";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-    return "the allocator watch is blind in an AddressSanitizer build (ASan's allocator bypasses glibc's mallinfo2)";
-#endif
-#endif
-    return nullptr;
+    return kBuiltWithAddressSanitizer
+               ? "the allocator watch is blind in an AddressSanitizer build (ASan's allocator bypasses glibc's mallinfo2)"
+               : nullptr;
 }
 
 } // namespace kvc::prop

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 
@@ -111,6 +112,11 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
         // Only declared capabilities are exercised, so a refusal is an error, never a skip.
         r.verdict = Verdict::Error;
         r.reason = std::string("a call within the declared capabilities failed: ") + e.what();
+        r.out_of_memory = e.status() == KVC_ERR_OUT_OF_MEMORY;
+    } catch (const std::bad_alloc& e) {
+        r.verdict = Verdict::Error;
+        r.reason = std::string("harness error: ") + e.what();
+        r.out_of_memory = true;
     } catch (const std::exception& e) {
         r.verdict = Verdict::Error;
         r.reason = std::string("harness error: ") + e.what();
@@ -256,6 +262,7 @@ nlohmann::json to_json(const CaseResult& r) {
                         {"notes", r.notes}};
     if (!r.failed_property.empty()) j["failed_property"] = r.failed_property;
     if (r.mismatch) j["mismatch"] = to_json(*r.mismatch);
+    if (r.out_of_memory) j["out_of_memory"] = true;
     if (r.verdict == Verdict::Fail) {
         j["counterexample"] = to_json(r.counterexample);
         j["counterexample_text"] = describe(r.counterexample);
@@ -280,6 +287,7 @@ CaseResult case_result_from_json(const nlohmann::json& j) {
         r.notes = j.value("notes", std::vector<std::string>{});
         r.failed_property = j.value("failed_property", "");
         if (j.contains("mismatch")) r.mismatch = mismatch_from_json(j["mismatch"]);
+        r.out_of_memory = j.value("out_of_memory", false);
         if (j.contains("counterexample")) r.counterexample = case_from_json(j["counterexample"]);
         return r;
     } catch (const nlohmann::json::exception& e) {

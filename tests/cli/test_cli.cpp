@@ -1,6 +1,8 @@
 // kvcheck end to end: the built binary run through the shell, its exit status, its output and the files it writes.
 // The implementations under test are the built-in example and the test doubles of tests/doubles (one shared library
 // per deliberately broken behaviour). docs/cli.md lists these tests under "tested behaviours".
+#include "cli_rig.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -20,54 +22,19 @@
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string quote(const std::string& s) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-}
+using namespace kvc::cli_test; // cli_rig.hpp: quote, read_file, Outcome, run_kvcheck
 
 std::string double_path(const std::string& name) {
     return std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_" + name + ".so";
 }
 std::string plugin(const std::string& name) { return "--plugin " + quote(double_path(name)); }
 
-std::string read_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-struct Outcome {
-    int rc = -1;
-    std::string out, err;
-    std::string all() const { return out + err; }
-};
-
 // A fresh directory per test; kvcheck runs with it as working directory.
 class Cli : public ::testing::Test {
 protected:
-    void SetUp() override {
-        dir_ = fs::path(KVC_CLI_WORK_DIR) / ::testing::UnitTest::GetInstance()->current_test_info()->name();
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
+    void SetUp() override { dir_ = fresh_test_dir(KVC_CLI_WORK_DIR); }
 
-    // Cases get a generous per-case timeout, so that only the TIMEOUT test depends on time.
-    Outcome kvcheck(std::string args) {
-        if ((args.rfind("validate", 0) == 0 || args.rfind("replay", 0) == 0) && args.find("--timeout") == std::string::npos)
-            args += " --timeout 600";
-        const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-        const std::string cmd = "cd " + quote(dir_.string()) + " && " + quote(KVC_CLI_BINARY) + " " + args + " >" +
-                                quote(out.string()) + " 2>" + quote(err.string());
-        const int status = std::system(cmd.c_str());
-        Outcome r;
-        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        r.out = read_file(out);
-        r.err = read_file(err);
-        return r;
-    }
+    Outcome kvcheck(std::string args) { return run_kvcheck(dir_, std::move(args)); }
 
     fs::path path(const std::string& name) const { return dir_ / name; }
 

@@ -3,6 +3,8 @@
 // never narrows an integer silently, and never lets a number like 1e400 escape. The real binary runs through the
 // shell; KVC_TEST_KVCHECK (environment) runs these tests against another build of it, e.g. an older one, to see
 // them fail there. docs/bad-input.md names these tests row by row.
+#include "cli_rig.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -19,27 +21,10 @@
 namespace {
 
 namespace fs = std::filesystem;
+using namespace kvc::cli_test; // cli_rig.hpp: quote, read_file, Outcome, run_kvcheck
 using nlohmann::json;
 
-std::string quote(const std::string& s) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-}
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 void spit(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary | std::ios::trunc) << text; }
-
-struct Outcome {
-    int rc = -1;
-    std::string all;
-};
 
 const char* kResults = R"({"kvcheck_results": 1, "implementation": "none", "pipeline": "f32",
                            "capabilities": ["dtype f32", "dtype f16", "dtype bf16", "rope neox", "rope gptj", "gqa",
@@ -47,25 +32,10 @@ const char* kResults = R"({"kvcheck_results": 1, "implementation": "none", "pipe
 
 class HostileFiles : public ::testing::Test {
 protected:
-    void SetUp() override {
-        dir_ = fs::path(KVC_HOSTILE_WORK_DIR) / ::testing::UnitTest::GetInstance()->current_test_info()->name();
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
+    void SetUp() override { dir_ = fresh_test_dir(KVC_HOSTILE_WORK_DIR); }
 
-    // Runs kvcheck in the test's directory with optional environment assignments ("A=1 "), capturing everything.
-    Outcome kvcheck(const std::string& args, const std::string& env = "") {
-        const char* other = std::getenv("KVC_TEST_KVCHECK");
-        const std::string bin = other && *other ? other : KVC_CLI_BINARY;
-        const fs::path log = dir_ / "output.txt";
-        const std::string cmd = "cd " + quote(dir_.string()) + " && " + env + quote(bin) + " " + args + " >" +
-                                quote(log.string()) + " 2>&1";
-        const int status = std::system(cmd.c_str());
-        Outcome r;
-        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        r.all = slurp(log);
-        return r;
-    }
+    // kvcheck in the test's directory, after optional environment assignments ("A=1 ").
+    Outcome kvcheck(const std::string& args, const std::string& env = "") { return run_kvcheck(dir_, args, env); }
 
     // One small export (EQUIV, f32, one case) and an empty results directory with a results manifest: grading it
     // gives ERROR "no results" (exit 1) and writes whatever reports were asked for.
@@ -75,7 +45,7 @@ protected:
         spit(dir_ / "r" / "manifest.json", kResults);
     }
 
-    json manifest() { return json::parse(slurp(dir_ / "v" / "manifest.json")); }
+    json manifest() { return json::parse(read_file(dir_ / "v" / "manifest.json")); }
     void set_manifest(const json& m) { spit(dir_ / "v" / "manifest.json", m.dump(1)); }
 
     // A file outside the vectors directory whose first 8 bytes, read as a header length, give a known number.
@@ -107,10 +77,10 @@ TEST_F(HostileFiles, GradeRefusesAnAbsoluteInputsPathWithoutShowingTheFile) {
     m["cases"][0]["inputs"] = (dir_ / "secret.txt").string();
     set_manifest(m);
     const Outcome o = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("absolute path"), std::string::npos) << o.all;
-    EXPECT_EQ(o.all.find(number), std::string::npos) << "the file's first bytes were shown: " << o.all;
-    EXPECT_EQ(o.all.find("SECRET"), std::string::npos) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("absolute path"), std::string::npos) << o.all();
+    EXPECT_EQ(o.all().find(number), std::string::npos) << "the file's first bytes were shown: " << o.all();
+    EXPECT_EQ(o.all().find("SECRET"), std::string::npos) << o.all();
 }
 
 TEST_F(HostileFiles, GradeRefusesDotDotInAnInputsPath) {
@@ -120,9 +90,9 @@ TEST_F(HostileFiles, GradeRefusesDotDotInAnInputsPath) {
     m["cases"][0]["inputs"] = "inputs/../../secret.txt";
     set_manifest(m);
     const Outcome o = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("\"..\""), std::string::npos) << o.all;
-    EXPECT_EQ(o.all.find(number), std::string::npos) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("\"..\""), std::string::npos) << o.all();
+    EXPECT_EQ(o.all().find(number), std::string::npos) << o.all();
 }
 
 TEST_F(HostileFiles, GradeRefusesASymbolicLinkLeadingOutOfTheVectors) {
@@ -133,9 +103,9 @@ TEST_F(HostileFiles, GradeRefusesASymbolicLinkLeadingOutOfTheVectors) {
     fs::remove(dir_ / "v" / inputs);
     fs::create_symlink(dir_ / "secret.txt", dir_ / "v" / inputs);
     const Outcome o = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("symbolic link"), std::string::npos) << o.all;
-    EXPECT_EQ(o.all.find(number), std::string::npos) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("symbolic link"), std::string::npos) << o.all();
+    EXPECT_EQ(o.all().find(number), std::string::npos) << o.all();
 }
 
 TEST_F(HostileFiles, GradeRefusesAResultsFileThatLinksOutOfTheResults) {
@@ -145,9 +115,9 @@ TEST_F(HostileFiles, GradeRefusesAResultsFileThatLinksOutOfTheResults) {
     fs::create_symlink(dir_ / "secret.txt", dir_ / "r" / (stem + ".safetensors"));
     spit(dir_ / "r" / (stem + ".json"), "{}");
     const Outcome o = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("symbolic link"), std::string::npos) << o.all;
-    EXPECT_EQ(o.all.find(number), std::string::npos) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("symbolic link"), std::string::npos) << o.all();
+    EXPECT_EQ(o.all().find(number), std::string::npos) << o.all();
 }
 
 // ---- item 7: what is read is a regular file of bounded size ----
@@ -159,18 +129,18 @@ TEST_F(HostileFiles, FifosAndDevicesAndHugeFilesAreRefusedWithoutBlocking) {
     ASSERT_EQ(::mkfifo((dir_ / "r" / (stem + ".safetensors")).c_str(), 0600), 0);
     spit(dir_ / "r" / (stem + ".json"), "{}");
     const Outcome results = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(results.rc, 2) << results.all;
-    EXPECT_NE(results.all.find("not a regular file"), std::string::npos) << results.all;
+    EXPECT_EQ(results.rc, 2) << results.all();
+    EXPECT_NE(results.all().find("not a regular file"), std::string::npos) << results.all();
 
     fs::rename(dir_ / "v" / "manifest.json", dir_ / "manifest.saved");
     ASSERT_EQ(::mkfifo((dir_ / "v" / "manifest.json").c_str(), 0600), 0);
     const Outcome vectors = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(vectors.rc, 2) << vectors.all;
-    EXPECT_NE(vectors.all.find("not a regular file"), std::string::npos) << vectors.all;
+    EXPECT_EQ(vectors.rc, 2) << vectors.all();
+    EXPECT_NE(vectors.all().find("not a regular file"), std::string::npos) << vectors.all();
 
     const Outcome zero = kvcheck("export --out w --caps /dev/zero");
-    EXPECT_EQ(zero.rc, 2) << zero.all;
-    EXPECT_NE(zero.all.find("not a regular file"), std::string::npos) << zero.all;
+    EXPECT_EQ(zero.rc, 2) << zero.all();
+    EXPECT_NE(zero.all().find("not a regular file"), std::string::npos) << zero.all();
 
     { // valid JSON, 65 MiB of it: over the 64 MiB limit of a JSON document
         std::ofstream big(dir_ / "big.json", std::ios::binary);
@@ -180,8 +150,8 @@ TEST_F(HostileFiles, FifosAndDevicesAndHugeFilesAreRefusedWithoutBlocking) {
         big << "}";
     }
     const Outcome big = kvcheck("export --out w --caps big.json");
-    EXPECT_EQ(big.rc, 2) << big.all;
-    EXPECT_NE(big.all.find("limit"), std::string::npos) << big.all;
+    EXPECT_EQ(big.rc, 2) << big.all();
+    EXPECT_NE(big.all().find("limit"), std::string::npos) << big.all();
     fs::remove(dir_ / "big.json");
 }
 
@@ -191,9 +161,9 @@ TEST_F(HostileFiles, AFifoAsReportIsRefusedBeforeGradingAndStaysAFifo) {
     vectors_and_results();
     ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0600), 0);
     const Outcome o = kvcheck("grade --vectors v --results r --report fifo");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("not a regular file"), std::string::npos) << o.all;
-    EXPECT_EQ(o.all.find("summary:"), std::string::npos) << "refused only after grading: " << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("not a regular file"), std::string::npos) << o.all();
+    EXPECT_EQ(o.all().find("summary:"), std::string::npos) << "refused only after grading: " << o.all();
     EXPECT_TRUE(fs::is_fifo(fs::symlink_status(dir_ / "fifo")));
 }
 
@@ -202,17 +172,17 @@ TEST_F(HostileFiles, ASymbolicLinkAsJunitIsRefusedAndItsTargetUntouched) {
     spit(dir_ / "precious.txt", "keep me");
     fs::create_symlink(dir_ / "precious.txt", dir_ / "link.xml");
     const Outcome o = kvcheck("grade --vectors v --results r --junit link.xml");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("symbolic link"), std::string::npos) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("symbolic link"), std::string::npos) << o.all();
     EXPECT_TRUE(fs::is_symlink(dir_ / "link.xml"));
-    EXPECT_EQ(slurp(dir_ / "precious.txt"), "keep me");
+    EXPECT_EQ(read_file(dir_ / "precious.txt"), "keep me");
 }
 
 TEST_F(HostileFiles, ADirectoryAsReportIsRefused) {
     vectors_and_results();
     fs::create_directories(dir_ / "out.json");
     const Outcome o = kvcheck("grade --vectors v --results r --report out.json");
-    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
     EXPECT_TRUE(fs::is_directory(dir_ / "out.json"));
 }
 
@@ -221,17 +191,17 @@ TEST_F(HostileFiles, ReportAndJunitNamingOneFileAreRefusedByIdentity) {
     spit(dir_ / "a.json", "old");
     for (const char* other : {"./a.json", "v/../a.json"}) {
         const Outcome o = kvcheck(std::string("grade --vectors v --results r --report a.json --junit ") + other);
-        EXPECT_EQ(o.rc, 2) << other << ": " << o.all;
-        EXPECT_NE(o.all.find("same file"), std::string::npos) << o.all;
-        EXPECT_EQ(slurp(dir_ / "a.json"), "old");
+        EXPECT_EQ(o.rc, 2) << other << ": " << o.all();
+        EXPECT_NE(o.all().find("same file"), std::string::npos) << o.all();
+        EXPECT_EQ(read_file(dir_ / "a.json"), "old");
     }
     fs::create_hard_link(dir_ / "a.json", dir_ / "b.xml"); // two names, one file
     const Outcome o = kvcheck("grade --vectors v --results r --report a.json --junit b.xml");
-    EXPECT_EQ(o.rc, 2) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
     fs::remove(dir_ / "a.json");
     fs::remove(dir_ / "b.xml");
     const Outcome absent = kvcheck("grade --vectors v --results r --report n.json --junit ./n.json"); // neither exists
-    EXPECT_EQ(absent.rc, 2) << absent.all;
+    EXPECT_EQ(absent.rc, 2) << absent.all();
     EXPECT_FALSE(fs::exists(dir_ / "n.json"));
 }
 
@@ -241,11 +211,11 @@ TEST_F(HostileFiles, ValidateRefusesAFifoOrSymlinkAsReportBeforeRunning) {
     fs::create_symlink(dir_ / "precious.txt", dir_ / "link.json");
     for (const char* args : {"--report fifo", "--junit fifo", "--report link.json"}) {
         const Outcome o = kvcheck(std::string("validate --builtin example --filter '^EQUIV/0$' --timeout 600 ") + args);
-        EXPECT_EQ(o.rc, 2) << args << ": " << o.all;
-        EXPECT_EQ(o.all.find("verdict table"), std::string::npos) << "refused only after the run: " << o.all;
+        EXPECT_EQ(o.rc, 2) << args << ": " << o.all();
+        EXPECT_EQ(o.all().find("verdict table"), std::string::npos) << "refused only after the run: " << o.all();
     }
     EXPECT_TRUE(fs::is_fifo(fs::symlink_status(dir_ / "fifo")));
-    EXPECT_EQ(slurp(dir_ / "precious.txt"), "keep me");
+    EXPECT_EQ(read_file(dir_ / "precious.txt"), "keep me");
 }
 
 // Killed (SIGKILL) at every step of writing the pair: each file is the old one or the complete new one, a new XML
@@ -257,9 +227,9 @@ TEST_F(HostileFiles, KilledAtAnyStepOfWritingTheReportPairLeavesNoMixtureAndNoTe
         spit(dir_ / "g.json", "OLD JSON");
         spit(dir_ / "g.xml", "OLD XML");
         const Outcome o = kvcheck(args, "KVCHECK_TEST_REPORT_KILL_AT=" + std::to_string(step) + " ");
-        EXPECT_EQ(o.rc, 128 + 9) << "step " << step << ": the kill hook did not fire: " << o.all;
+        EXPECT_EQ(o.rc, 128 + 9) << "step " << step << ": the kill hook did not fire: " << o.all();
         const bool has_json = fs::exists(dir_ / "g.json"), has_xml = fs::exists(dir_ / "g.xml");
-        const std::string j = has_json ? slurp(dir_ / "g.json") : "", x = has_xml ? slurp(dir_ / "g.xml") : "";
+        const std::string j = has_json ? read_file(dir_ / "g.json") : "", x = has_xml ? read_file(dir_ / "g.xml") : "";
         const bool new_json = has_json && j != "OLD JSON", new_xml = has_xml && x != "OLD XML";
         if (new_json) {
             EXPECT_TRUE(json::accept(j)) << "step " << step << ": a torn JSON report";
@@ -272,9 +242,9 @@ TEST_F(HostileFiles, KilledAtAnyStepOfWritingTheReportPairLeavesNoMixtureAndNoTe
             EXPECT_FALSE(new_xml) << "step " << step << ": an old JSON beside a new XML";
         }
         const Outcome again = kvcheck(args);
-        EXPECT_EQ(again.rc, 1) << again.all;
-        EXPECT_TRUE(json::accept(slurp(dir_ / "g.json")));
-        EXPECT_NE(slurp(dir_ / "g.xml").find("</testsuites>"), std::string::npos);
+        EXPECT_EQ(again.rc, 1) << again.all();
+        EXPECT_TRUE(json::accept(read_file(dir_ / "g.json")));
+        EXPECT_NE(read_file(dir_ / "g.xml").find("</testsuites>"), std::string::npos);
         EXPECT_FALSE(has_temporaries(dir_)) << "step " << step << ": a temporary survived the next run";
     }
 }
@@ -292,23 +262,23 @@ TEST_F(HostileFiles, AKilledReExportLeavesNoManifestOverNewFiles) {
     ASSERT_EQ(kvcheck("export --out v --cases 2 --properties EQUIV --dtypes f32 --seed 1").rc, 0);
     const Outcome killed = kvcheck("export --out v --cases 2 --properties EQUIV --dtypes f32 --seed 2",
                                    "KVCHECK_TEST_EXPORT_KILL_BEFORE_MANIFEST=1 ");
-    EXPECT_EQ(killed.rc, 128 + 9) << killed.all;
+    EXPECT_EQ(killed.rc, 128 + 9) << killed.all();
     EXPECT_FALSE(fs::exists(dir_ / "v" / "manifest.json")) << "the old manifest now indexes new files";
     fs::create_directories(dir_ / "r");
     spit(dir_ / "r" / "manifest.json", kResults);
     const Outcome g = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(g.rc, 2) << g.all;
-    EXPECT_NE(g.all.find("manifest.json"), std::string::npos) << g.all;
+    EXPECT_EQ(g.rc, 2) << g.all();
+    EXPECT_NE(g.all().find("manifest.json"), std::string::npos) << g.all();
     EXPECT_FALSE(has_temporaries(dir_ / "v"));
 }
 
 TEST_F(HostileFiles, ExportCasesTooLargeIsRefusedAndTheManifestKept) {
     ASSERT_EQ(kvcheck("export --out v --cases 1 --properties EQUIV --dtypes f32").rc, 0);
-    const std::string before = slurp(dir_ / "v" / "manifest.json");
+    const std::string before = read_file(dir_ / "v" / "manifest.json");
     const Outcome o = kvcheck("export --out v --cases 2147483647 --properties EQUIV --dtypes f32");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("--cases"), std::string::npos) << o.all;
-    EXPECT_EQ(slurp(dir_ / "v" / "manifest.json"), before);
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("--cases"), std::string::npos) << o.all();
+    EXPECT_EQ(read_file(dir_ / "v" / "manifest.json"), before);
 }
 
 // ---- item 6: numbers ----
@@ -319,7 +289,7 @@ TEST_F(HostileFiles, MaxHeadDimOneNeverDrawsRopeWithAnOddHeadDim) {
     spit(dir_ / "caps.json", R"({"capabilities": ["dtype f32", "rope neox", "rope gptj", "gqa", "chunked"],
                                   "limits": {"max_head_dim": 1}})");
     const Outcome o = kvcheck("export --out v --cases 20 --properties EQUIV,CACHE-CONTENT --caps caps.json");
-    ASSERT_EQ(o.rc, 0) << o.all;
+    ASSERT_EQ(o.rc, 0) << o.all();
     const json m = manifest();
     int rope_refused = 0;
     for (const json& c : m["cases"]) {
@@ -335,19 +305,19 @@ TEST_F(HostileFiles, MaxHeadDimOneNeverDrawsRopeWithAnOddHeadDim) {
 
 TEST_F(HostileFiles, ANumberLike1e400InAManifestIsBadInputNamingTheFile) {
     vectors_and_results();
-    std::string text = slurp(dir_ / "v" / "manifest.json");
+    std::string text = read_file(dir_ / "v" / "manifest.json");
     const std::string seed = "\"seed\": " + std::to_string(manifest()["seed"].get<uint64_t>());
     ASSERT_NE(text.find(seed), std::string::npos);
     text.replace(text.find(seed), seed.size(), "\"seed\": 1e400");
     spit(dir_ / "v" / "manifest.json", text);
     const Outcome o = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("v/manifest.json"), std::string::npos) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("v/manifest.json"), std::string::npos) << o.all();
     ASSERT_EQ(kvcheck("export --out v --cases 1 --properties EQUIV --dtypes f32").rc, 0); // a good manifest again
     spit(dir_ / "r" / "manifest.json", R"({"kvcheck_results": 1e400, "implementation": "x", "pipeline": "f32"})");
     const Outcome r = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(r.rc, 2) << r.all;
-    EXPECT_NE(r.all.find("r/manifest.json"), std::string::npos) << r.all;
+    EXPECT_EQ(r.rc, 2) << r.all();
+    EXPECT_NE(r.all().find("r/manifest.json"), std::string::npos) << r.all();
 }
 
 TEST_F(HostileFiles, AnIndexOf2To32IsNotNarrowed) {
@@ -356,18 +326,18 @@ TEST_F(HostileFiles, AnIndexOf2To32IsNotNarrowed) {
     m["cases"][0]["index"] = 4294967296ull;
     set_manifest(m);
     const Outcome o = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("\"index\""), std::string::npos) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("\"index\""), std::string::npos) << o.all();
 }
 
 TEST_F(HostileFiles, ADuplicatedKeyInAManifestIsRefused) {
     vectors_and_results();
-    std::string text = slurp(dir_ / "v" / "manifest.json");
+    std::string text = read_file(dir_ / "v" / "manifest.json");
     text.insert(text.find('{') + 1, "\"seed\": 7, ");
     spit(dir_ / "v" / "manifest.json", text);
     const Outcome o = kvcheck("grade --vectors v --results r");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("appears twice"), std::string::npos) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("appears twice"), std::string::npos) << o.all();
 }
 
 // A replay file's sizes of 2^32 and more, a rope_theta that overflows float32, a mismatch coordinate too large for
@@ -386,7 +356,7 @@ TEST_F(HostileFiles, ReplayFieldsThatWouldWrapOrOverflowAreBadInput) {
                          {"data_seed", 3}}}};
     spit(dir_ / "ok.json", base.dump());
     const Outcome ok = kvcheck("replay ok.json --builtin example --timeout 600");
-    ASSERT_EQ(ok.rc, 0) << "the unmodified replay file must pass: " << ok.all;
+    ASSERT_EQ(ok.rc, 0) << "the unmodified replay file must pass: " << ok.all();
     struct Edit {
         const char* field;
         json::json_pointer where;
@@ -406,8 +376,8 @@ TEST_F(HostileFiles, ReplayFieldsThatWouldWrapOrOverflowAreBadInput) {
         doc[e.where] = e.value;
         spit(dir_ / "bad.json", doc.dump());
         const Outcome o = kvcheck("replay bad.json --builtin example --timeout 600");
-        EXPECT_EQ(o.rc, 2) << e.field << ": " << o.all;
-        EXPECT_NE(o.all.find(e.field), std::string::npos) << e.field << ": " << o.all;
+        EXPECT_EQ(o.rc, 2) << e.field << ": " << o.all();
+        EXPECT_NE(o.all().find(e.field), std::string::npos) << e.field << ": " << o.all();
     }
 }
 
@@ -418,24 +388,24 @@ TEST_F(HostileFiles, ReplayRefusesHugeNumbersDevicesFifosAndDuplicateKeys) {
     ASSERT_EQ(::mkfifo((dir_ / "fifo.json").c_str(), 0600), 0);
     for (const char* file : {"big.json", "dup.json", "fifo.json", "/dev/zero"}) {
         const Outcome o = kvcheck(std::string("replay ") + file + " --builtin example --timeout 600");
-        EXPECT_EQ(o.rc, 2) << file << ": " << o.all;
-        EXPECT_NE(o.all.find(file), std::string::npos) << "the message names the file: " << o.all;
+        EXPECT_EQ(o.rc, 2) << file << ": " << o.all();
+        EXPECT_NE(o.all().find(file), std::string::npos) << "the message names the file: " << o.all();
     }
 }
 
 TEST_F(HostileFiles, ValidateReportAndJunitNamingOneFileAreRefusedByIdentity) {
     const Outcome o = kvcheck("validate --builtin example --filter '^EQUIV/0$' --report a.json --junit ./a.json");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("same file"), std::string::npos) << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("same file"), std::string::npos) << o.all();
     EXPECT_FALSE(fs::exists(dir_ / "a.json"));
 }
 
 TEST_F(HostileFiles, AnUnwritableCounterexamplesDirectoryIsRefusedBeforeRunning) {
     spit(dir_ / "plain-file", "not a directory");
     const Outcome o = kvcheck("validate --builtin example --filter '^EQUIV/0$' --counterexamples plain-file/sub");
-    EXPECT_EQ(o.rc, 2) << o.all;
-    EXPECT_NE(o.all.find("counterexamples"), std::string::npos) << o.all;
-    EXPECT_EQ(o.all.find("verdict table"), std::string::npos) << "refused only after the run: " << o.all;
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("counterexamples"), std::string::npos) << o.all();
+    EXPECT_EQ(o.all().find("verdict table"), std::string::npos) << "refused only after the run: " << o.all();
 }
 
 } // namespace

@@ -2,6 +2,9 @@
 // crashes and hangs while being loaded, an entry symbol that is data, writes past kvc_caps, forked grandchildren,
 // control characters in names, memory and output floods, and a fake device plugin for exec isolation (issue 13
 // items 1-3 and 9, issue 9). Each row of docs/bad-input.md about these names its test here.
+#include "cli_rig.hpp"
+#include "kvcheck/properties/sanitizers.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -24,29 +27,11 @@
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string quote(const std::string& s) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-}
+using namespace kvc::cli_test; // cli_rig.hpp: quote, read_file, Outcome, run_kvcheck
 
 std::string hostile(const std::string& name) {
     return "--plugin " + quote(std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_hostile_" + name + ".so");
 }
-
-std::string read_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-struct Outcome {
-    int rc = -1;
-    std::string out, err;
-    std::string all() const { return out + err; }
-};
 
 bool has_control_characters(const std::string& s, bool allow_lines) {
     for (const char ch : s) {
@@ -57,31 +42,10 @@ bool has_control_characters(const std::string& s, bool allow_lines) {
 }
 
 class Hostile : public ::testing::Test {
-protected:
-    void SetUp() override {
-        dir_ = fs::path(KVC_CLI_WORK_DIR) / ("Hostile." + std::string(::testing::UnitTest::GetInstance()
-                                                                           ->current_test_info()
-                                                                           ->name()));
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
+public: // every_case_an_error() below runs kvcheck for a test
+    void SetUp() override { dir_ = fresh_test_dir(KVC_CLI_WORK_DIR, "Hostile."); }
 
-    // As test_cli.cpp: a generous per-case timeout unless the test sets one, so that only timeout tests use time.
-    // KVC_TEST_KVCHECK=PATH runs the tests against another kvcheck build (how they were shown to fail before).
-    Outcome kvcheck(std::string args) {
-        if (args.find("--timeout") == std::string::npos) args += " --timeout 600";
-        const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-        const char* other = std::getenv("KVC_TEST_KVCHECK");
-        const std::string binary = other && *other ? other : KVC_CLI_BINARY;
-        const std::string cmd = "cd " + quote(dir_.string()) + " && " + quote(binary) + " " + args + " >" +
-                                quote(out.string()) + " 2>" + quote(err.string());
-        const int status = std::system(cmd.c_str());
-        Outcome r;
-        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        r.out = read_file(out);
-        r.err = read_file(err);
-        return r;
-    }
+    Outcome kvcheck(std::string args) { return run_kvcheck(dir_, std::move(args)); }
 
     fs::path path(const std::string& name) const { return dir_ / name; }
 
@@ -100,19 +64,13 @@ protected:
         EXPECT_FALSE(fs::exists(path("junit.xml")));
     }
 
+protected:
     fs::path dir_;
 };
 
 // Under AddressSanitizer (tools/sanitize.sh) no address-space limit (RLIMIT_AS, --memory-limit) can apply to a case
-// process: ASan's shadow memory takes terabytes of address space. Tests of an explicit limit skip there, saying why.
-const char* address_limit_impossible() {
-#if defined(__SANITIZE_ADDRESS__)
-    return "built with AddressSanitizer: its shadow memory needs terabytes of address space, so a case process "
-           "cannot run under an RLIMIT_AS limit (the limit itself is tested in the Release build)";
-#else
-    return nullptr;
-#endif
-}
+// process. Tests of an explicit limit skip there, saying why; the limit itself is tested in the Release build.
+using kvc::prop::address_limit_impossible;
 
 std::map<std::string, std::string> verdicts_by_case(const nlohmann::json& rep) {
     std::map<std::string, std::string> v;
@@ -241,49 +199,46 @@ TEST_F(Hostile, EndlessOutputIsAnErrorNotAHang) {
     EXPECT_NE(c.at("reason").get<std::string>().find("wrote more than kvcheck reads"), std::string::npos) << c.dump();
 }
 
-// Garbage on the result pipe (tests/doubles/hostile_call.c, pipe_scribbler): during every append_attend the plugin
-// writes bytes that are not the protocol to every descriptor above 2, the case process's result pipe among them. Each
-// case is an ERROR that says its result was unreadable, and the run still ends with a complete report.
-TEST_F(Hostile, GarbageOnTheResultPipeIsAnErrorAndTheReportIsComplete) {
-    const Outcome r = kvcheck("validate " + hostile("pipe_scribbler") +
-                              " --filter '^EQUIV/' --cases 3 --report report.json --junit junit.xml");
+// Garbage on the result pipe (tests/doubles/hostile_call.c): during every append_attend the double writes bytes that
+// are not the protocol to every descriptor above 2, the case process's result pipe among them. Validating it on 3
+// EQUIV cases ends with exit 1 and a complete report (JSON and JUnit) in which every case is an ERROR whose reason,
+// free of control characters, contains `words`. Returns those cases.
+nlohmann::json every_case_an_error(Hostile& t, const std::string& double_name, const std::string& words) {
+    const Outcome r = t.kvcheck("validate " + hostile(double_name) +
+                                " --filter '^EQUIV/' --cases 3 --report report.json --junit junit.xml");
     EXPECT_EQ(r.rc, 1) << r.all();
-    const nlohmann::json rep = report();
-    ASSERT_FALSE(rep.is_discarded()) << r.all();
+    const nlohmann::json rep = t.report();
+    if (rep.is_discarded()) {
+        ADD_FAILURE() << "no readable report: " << r.all();
+        return nlohmann::json::array();
+    }
     const auto& cases = rep.at("implementations").at(0).at("cases");
-    ASSERT_EQ(cases.size(), 3u) << r.out;
+    EXPECT_EQ(cases.size(), 3u) << r.out;
     for (const auto& c : cases) {
         EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
         const std::string reason = c.at("reason").get<std::string>();
-        EXPECT_NE(reason.find("without a readable result"), std::string::npos) << reason;
+        EXPECT_NE(reason.find(words), std::string::npos) << reason;
         EXPECT_FALSE(has_control_characters(reason, false)) << reason;
     }
     int total = 0;
     for (const auto& [verdict, n] : rep.at("counts").items()) total += n.get<int>();
     EXPECT_EQ(total, 3) << rep.at("counts");
-    EXPECT_EQ(rep.at("counts").at("ERROR"), 3) << rep.at("counts");
-    EXPECT_TRUE(fs::exists(path("junit.xml")));
+    EXPECT_EQ(rep.at("counts").value("ERROR", 0), 3) << rep.at("counts");
+    EXPECT_TRUE(fs::exists(t.path("junit.xml")));
+    return cases;
 }
 
-// Whole lines of garbage on the result pipe (hostile_call.c, line_scribbler): the case process's own result line
-// still arrives intact after them, but a result beside bytes that are not the protocol is not trusted. Each case is an
-// ERROR (before this, the intact line won and the cases PASSed), and the result it carried is kept in a note.
+// pipe_scribbler: raw bytes; no result can be read at all.
+TEST_F(Hostile, GarbageOnTheResultPipeIsAnErrorAndTheReportIsComplete) {
+    every_case_an_error(*this, "pipe_scribbler", "without a readable result");
+}
+
+// line_scribbler: whole lines of garbage, and the case process's own result line still arrives intact after them. A
+// result beside bytes that are not the protocol is not trusted (before this, the intact line won and the cases
+// PASSed); the result it carried is kept in a note.
 TEST_F(Hostile, ALegibleResultBesideGarbageOnThePipeIsNotTrusted) {
-    const Outcome r = kvcheck("validate " + hostile("line_scribbler") +
-                              " --filter '^EQUIV/' --cases 3 --report report.json");
-    EXPECT_EQ(r.rc, 1) << r.all();
-    const nlohmann::json rep = report();
-    ASSERT_FALSE(rep.is_discarded()) << r.all();
-    const auto& cases = rep.at("implementations").at(0).at("cases");
-    ASSERT_EQ(cases.size(), 3u) << r.out;
-    for (const auto& c : cases) {
-        EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
-        const std::string reason = c.at("reason").get<std::string>();
-        EXPECT_NE(reason.find("not trusted"), std::string::npos) << reason;
-        EXPECT_FALSE(has_control_characters(reason, false)) << reason;
+    for (const auto& c : every_case_an_error(*this, "line_scribbler", "not trusted"))
         EXPECT_NE(c.dump().find("the result the pipe also carried: PASS"), std::string::npos) << c.dump();
-    }
-    EXPECT_EQ(rep.at("counts").at("ERROR"), 3) << rep.at("counts");
 }
 
 // Sizes near 2^64 (hostile_call.c, huge_memory: capacity and pool of 2^64 - 1 each once anything is cached): NO-Q and

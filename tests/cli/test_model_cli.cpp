@@ -3,6 +3,8 @@
 // vocabulary (CRASH and TIMEOUT included), the level in the verdict table and the reports, replay files keyed by the
 // case seed, the documented exit codes. The plugins: our model engine (both levels in one .so), the C example
 // (model level only) and the doubles of tests/model_level/doubles.
+#include "cli_rig.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -18,12 +20,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string quote(const std::string& s) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-}
+using namespace kvc::cli_test; // cli_rig.hpp: quote, read_file, Outcome, run_kvcheck
 
 std::string lib(const std::string& name) { return std::string(KVC_LIB_DIR) + "/lib" + name + ".so"; }
 std::string ours() { return "--plugin " + quote(lib("kvcheck_model_ours_plugin")); }
@@ -37,41 +34,11 @@ std::multiset<std::string> times(int n, const std::string& v) {
     return m;
 }
 
-std::string read_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-struct Outcome {
-    int rc = -1;
-    std::string out, err;
-    std::string all() const { return out + err; }
-};
-
 class ModelCli : public ::testing::Test {
 protected:
-    void SetUp() override {
-        dir_ = fs::path(KVC_MODEL_CLI_WORK_DIR) / ::testing::UnitTest::GetInstance()->current_test_info()->name();
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
+    void SetUp() override { dir_ = fresh_test_dir(KVC_MODEL_CLI_WORK_DIR); }
 
-    // A generous per-case timeout unless the test sets one: only the TIMEOUT test depends on time.
-    Outcome kvcheck(std::string args) {
-        const bool runs_cases = args.rfind("validate", 0) == 0 || args.rfind("replay", 0) == 0;
-        if (runs_cases && args.find("--timeout") == std::string::npos) args += " --timeout 600";
-        const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-        const std::string cmd = "cd " + quote(dir_.string()) + " && " + quote(KVC_CLI_BINARY) + " " + args + " >" +
-                                quote(out.string()) + " 2>" + quote(err.string());
-        const int status = std::system(cmd.c_str());
-        Outcome r;
-        r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        r.out = read_file(out);
-        r.err = read_file(err);
-        return r;
-    }
+    Outcome kvcheck(std::string args) { return run_kvcheck(dir_, std::move(args)); }
 
     nlohmann::json report() const {
         const std::string text = read_file(dir_ / "r.json");

@@ -82,12 +82,11 @@ prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
                    "not the protocol (" + unreadable + "), so the result on it is not trusted";
         r.counterexample = make_case();
     }
-    // The memory limit: a refused allocation seen by the harness, or a refusal the implementation reported, is an
-    // ERROR naming the limit, not the implementation's fault as such.
+    // The memory limit: a refused allocation seen by the harness (operator new's "M" marker, or bad_alloc), or a
+    // call that returned KVC_ERR_OUT_OF_MEMORY, is an ERROR naming the limit, not the implementation's fault as such.
+    // By flag, never by searching the reason: an implementation's message text could say anything.
     if (memory_limit && !conformant(r.verdict)) {
-        const bool oom = allocation_refused || r.reason.find("OUT_OF_MEMORY") != std::string::npos ||
-                         r.reason.find("bad_alloc") != std::string::npos;
-        if (oom) {
+        if (allocation_refused || r.out_of_memory) {
             r.reason = "the case exceeded its memory limit of " + bytes_text(memory_limit) +
                        " (address space; --memory-limit): " + r.reason;
             r.verdict = Verdict::Error;

@@ -122,6 +122,7 @@ void model_case(const nlohmann::json& req, int fd) {
         r.verdict = p.verdict;
         r.reason = p.verdict == Verdict::Pass ? std::string() : p.message;
         r.headroom = p.worst_headroom;
+        r.out_of_memory = p.out_of_memory;
         if (p.verdict == Verdict::Fail) {
             r.failed_property = r.property;
             r.notes.push_back("not shrunk: a model-level case is drawn again from its case seed");

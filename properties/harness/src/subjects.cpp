@@ -5,6 +5,7 @@
 #include "kvcheck/harness/vocabulary.hpp"
 
 #include "kvcheck/builtins.hpp"
+#include "kvcheck/properties/sanitizers.hpp"
 
 #include <cctype>
 #include <fstream>
@@ -17,18 +18,7 @@ namespace {
 constexpr uint64_t kDefaultMemoryLimit = uint64_t{8} << 30;   // host plugins, per case (docs/cli.md, Isolation)
 constexpr uint64_t kSmallestMemoryLimit = uint64_t{64} << 20; // kvcheck itself needs some to run a case at all
 
-// Why no address-space limit can apply here, or nullptr. Under AddressSanitizer (tools/sanitize.sh) the shadow
-// memory alone takes terabytes of address space, so a case process under RLIMIT_AS cannot even start.
-const char* address_limit_impossible() {
-#if defined(__SANITIZE_ADDRESS__) // g++ and clang >= 14 define it with -fsanitize=address
-    return "kvcheck was built with AddressSanitizer, whose shadow memory takes terabytes of address space";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-    return "kvcheck was built with AddressSanitizer, whose shadow memory takes terabytes of address space";
-#endif
-#endif
-    return nullptr;
-}
+using prop::address_limit_impossible; // ASan's shadow memory (tools/sanitize.sh)
 
 // The default: 8 GiB for host implementations; none for a device runtime (it reserves terabytes of address space)
 // and none in a sanitizer build of kvcheck itself.

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 
@@ -416,8 +417,10 @@ PropertyResult run_model_property(const ModelTarget& target, const std::string& 
             r.verdict = Verdict::Error; // a declared capability refused, or a call failing inside the caps
             r.case_seed = case_seed;
             r.message = c.describe() + "\n" + id + ": " + e.what() + " (" + status_text(e.status()) + ")" + replay;
+            r.out_of_memory = e.status() == KVC_ERR_OUT_OF_MEMORY;
             return r;
         } catch (const std::exception& e) {
+            r.out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
             r.verdict = Verdict::Error;
             r.case_seed = case_seed;
             r.message = c.describe() + "\n" + id + ": harness error: " + e.what() + replay;

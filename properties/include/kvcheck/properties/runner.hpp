@@ -32,6 +32,10 @@ struct CaseResult {
     Case counterexample;  // the case as run (shrunk on FAIL)
     int shrink_steps = 0; // accepted shrinks
     std::vector<std::string> notes;
+    // An allocation was refused during the case: a call returned KVC_ERR_OUT_OF_MEMORY, or kvcheck's own operator
+    // new threw std::bad_alloc. Under --memory-limit the harness reads that as the limit, not as the
+    // implementation's fault (harness/case_run.cpp); carried as a flag so no message text can fake or hide it.
+    bool out_of_memory = false;
 };
 
 struct RunSettings {

@@ -34,6 +34,7 @@ struct PropertyResult {
     uint64_t case_seed = 0;   // FAIL/ERROR: the failing case's seed (replay: run with it and n_cases = 1)
     int cases_run = 0;
     double worst_headroom = 0; // max over compared values of |engine − oracle| / allowed (≤ 1 passes)
+    bool out_of_memory = false; // ERROR: a call returned KVC_ERR_OUT_OF_MEMORY or an allocation threw bad_alloc
 };
 
 const std::vector<std::string>& model_property_ids();
