@@ -113,11 +113,8 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
         r.verdict = Verdict::Error;
         r.reason = std::string("a call within the declared capabilities failed: ") + e.what();
         r.out_of_memory = e.status() == KVC_ERR_OUT_OF_MEMORY;
-    } catch (const std::bad_alloc& e) {
-        r.verdict = Verdict::Error;
-        r.reason = std::string("harness error: ") + e.what();
-        r.out_of_memory = true;
     } catch (const std::exception& e) {
+        r.out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
         r.verdict = Verdict::Error;
         r.reason = std::string("harness error: ") + e.what();
     }

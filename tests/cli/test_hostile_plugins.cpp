@@ -42,7 +42,7 @@ bool has_control_characters(const std::string& s, bool allow_lines) {
 }
 
 class Hostile : public ::testing::Test {
-public: // every_case_an_error() below runs kvcheck for a test
+protected:
     void SetUp() override { dir_ = fresh_test_dir(KVC_CLI_WORK_DIR, "Hostile."); }
 
     Outcome kvcheck(std::string args) { return run_kvcheck(dir_, std::move(args)); }
@@ -64,7 +64,35 @@ public: // every_case_an_error() below runs kvcheck for a test
         EXPECT_FALSE(fs::exists(path("junit.xml")));
     }
 
-protected:
+    // Garbage on the result pipe (tests/doubles/hostile_call.c): during every append_attend the double writes bytes
+    // that are not the protocol to every descriptor above 2, the case process's result pipe among them. Validating it
+    // on 3 EQUIV cases ends with exit 1 and a complete report (JSON and JUnit) in which every case is an ERROR whose
+    // reason, free of control characters, contains `words`. Returns those cases.
+    nlohmann::json every_case_an_error(const std::string& double_name, const std::string& words) {
+        const Outcome r = kvcheck("validate " + hostile(double_name) +
+                                  " --filter '^EQUIV/' --cases 3 --report report.json --junit junit.xml");
+        EXPECT_EQ(r.rc, 1) << r.all();
+        const nlohmann::json rep = report();
+        if (rep.is_discarded()) {
+            ADD_FAILURE() << "no readable report: " << r.all();
+            return nlohmann::json::array();
+        }
+        const auto& cases = rep.at("implementations").at(0).at("cases");
+        EXPECT_EQ(cases.size(), 3u) << r.out;
+        for (const auto& c : cases) {
+            EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
+            const std::string reason = c.at("reason").get<std::string>();
+            EXPECT_NE(reason.find(words), std::string::npos) << reason;
+            EXPECT_FALSE(has_control_characters(reason, false)) << reason;
+        }
+        int total = 0;
+        for (const auto& [verdict, n] : rep.at("counts").items()) total += n.get<int>();
+        EXPECT_EQ(total, 3) << rep.at("counts");
+        EXPECT_EQ(rep.at("counts").value("ERROR", 0), 3) << rep.at("counts");
+        EXPECT_TRUE(fs::exists(path("junit.xml")));
+        return cases;
+    }
+
     fs::path dir_;
 };
 
@@ -199,45 +227,16 @@ TEST_F(Hostile, EndlessOutputIsAnErrorNotAHang) {
     EXPECT_NE(c.at("reason").get<std::string>().find("wrote more than kvcheck reads"), std::string::npos) << c.dump();
 }
 
-// Garbage on the result pipe (tests/doubles/hostile_call.c): during every append_attend the double writes bytes that
-// are not the protocol to every descriptor above 2, the case process's result pipe among them. Validating it on 3
-// EQUIV cases ends with exit 1 and a complete report (JSON and JUnit) in which every case is an ERROR whose reason,
-// free of control characters, contains `words`. Returns those cases.
-nlohmann::json every_case_an_error(Hostile& t, const std::string& double_name, const std::string& words) {
-    const Outcome r = t.kvcheck("validate " + hostile(double_name) +
-                                " --filter '^EQUIV/' --cases 3 --report report.json --junit junit.xml");
-    EXPECT_EQ(r.rc, 1) << r.all();
-    const nlohmann::json rep = t.report();
-    if (rep.is_discarded()) {
-        ADD_FAILURE() << "no readable report: " << r.all();
-        return nlohmann::json::array();
-    }
-    const auto& cases = rep.at("implementations").at(0).at("cases");
-    EXPECT_EQ(cases.size(), 3u) << r.out;
-    for (const auto& c : cases) {
-        EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
-        const std::string reason = c.at("reason").get<std::string>();
-        EXPECT_NE(reason.find(words), std::string::npos) << reason;
-        EXPECT_FALSE(has_control_characters(reason, false)) << reason;
-    }
-    int total = 0;
-    for (const auto& [verdict, n] : rep.at("counts").items()) total += n.get<int>();
-    EXPECT_EQ(total, 3) << rep.at("counts");
-    EXPECT_EQ(rep.at("counts").value("ERROR", 0), 3) << rep.at("counts");
-    EXPECT_TRUE(fs::exists(t.path("junit.xml")));
-    return cases;
-}
-
 // pipe_scribbler: raw bytes; no result can be read at all.
 TEST_F(Hostile, GarbageOnTheResultPipeIsAnErrorAndTheReportIsComplete) {
-    every_case_an_error(*this, "pipe_scribbler", "without a readable result");
+    every_case_an_error("pipe_scribbler", "without a readable result");
 }
 
 // line_scribbler: whole lines of garbage, and the case process's own result line still arrives intact after them. A
 // result beside bytes that are not the protocol is not trusted (before this, the intact line won and the cases
 // PASSed); the result it carried is kept in a note.
 TEST_F(Hostile, ALegibleResultBesideGarbageOnThePipeIsNotTrusted) {
-    for (const auto& c : every_case_an_error(*this, "line_scribbler", "not trusted"))
+    for (const auto& c : every_case_an_error("line_scribbler", "not trusted"))
         EXPECT_NE(c.dump().find("the result the pipe also carried: PASS"), std::string::npos) << c.dump();
 }
 

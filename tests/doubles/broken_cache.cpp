@@ -3,6 +3,7 @@
 // KVC_DOUBLE selects it at compile time (CMakeLists.txt lists them).
 //
 // The base is a plain contiguous cache (one growing array per sequence and layer), exact in f32, no RoPE.
+#include "fault.h"
 #include "kvcheck/abi.h"
 #include "kvcheck/reference/dtype.hpp"
 
@@ -13,7 +14,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <sys/mman.h>
 
 #ifndef KVC_DOUBLE
 #error "define KVC_DOUBLE to one of the behaviours below"
@@ -52,15 +52,6 @@ thread_local std::string g_create_error;
 
 size_t es(const Cache& c) { return c.cfg.cache_dtype == KVC_DTYPE_F32 ? 4 : 2; }
 size_t row(const Cache& c) { return static_cast<size_t>(c.cfg.n_kv_heads) * c.cfg.head_dim; }
-
-// A real memory fault, the way a buggy cache crashes: a store to a page mapped without access. Not through a null
-// pointer: g++ may delete a path it proves undefined, and UBSan (tools/sanitize.sh) would report the null store and
-// exit with status 1 first; the harness must see the signal itself, in every build.
-void fault() {
-    void* page = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (page == MAP_FAILED) raise(SIGSEGV);
-    *static_cast<volatile int*>(page) = 1;
-}
 
 kvc_status fail(Cache* c, kvc_status s, const std::string& m) {
     c->error = m;
@@ -119,7 +110,7 @@ kvc_status append_attend(kvc_cache* h, uint32_t seq, uint32_t layer, uint32_t n_
         kvc::ref::store_dtype(v[i], dt, s.v.data() + (before * R + i) * E);
     }
     s.len += n_new;
-    if (KVC_DOUBLE == DOUBLE_CRASH && s.len >= 5) fault();
+    if (KVC_DOUBLE == DOUBLE_CRASH && s.len >= 5) kvc_double_fault();
     if (KVC_DOUBLE == DOUBLE_HANG && s.len >= 5)
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 

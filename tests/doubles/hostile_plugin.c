@@ -3,12 +3,12 @@
  * (tests/doubles/CMakeLists.txt); tests/cli/test_hostile_plugins.cpp runs kvcheck against each and checks that the
  * harness survives it with the documented exit code or verdict (docs/bad-input.md). */
 #include "example_plugin.h"
+#include "fault.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #define H_CTOR_EXIT0 0    /* exit(0) in a shared-library constructor */
@@ -55,20 +55,11 @@ static pid_t g_loaded_in; /* the process whose "context" this is */
 __attribute__((constructor)) static void open_context(void) { g_loaded_in = getpid(); }
 #endif
 
-/* A real memory fault: a store to a page mapped without access. Not through a null pointer: the compiler may delete a
- * path it proves undefined, and UBSan (tools/sanitize.sh) would report the null store and exit with status 1 first;
- * the harness must see the signal itself, in every build. */
-MAYBE_UNUSED static void fault(void) {
-    void* page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (page == MAP_FAILED) raise(SIGSEGV);
-    *(volatile int*)page = 1;
-}
-
 MAYBE_UNUSED static void hostile_get_caps(kvc_caps* out) {
 #if KVC_HOSTILE == H_CAPS_EXIT0
     exit(0);
 #elif KVC_HOSTILE == H_CAPS_SEGV
-    fault();
+    kvc_double_fault();
 #elif KVC_HOSTILE == H_CAPS_BLOCK
     for (;;) pause();
 #endif
