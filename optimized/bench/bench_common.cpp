@@ -68,6 +68,18 @@ std::string cpu_model() {
     return "unknown CPU";
 }
 
+// The model name alone does not tell the machine kinds apart here (both say "AMD EPYC"): the widest vector
+// extension does (Zen 3: AVX2; Zen 4: AVX-512).
+std::string cpu_label() {
+    const char* widest = "no AVX2";
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) widest = "AVX-512F";
+    else if (__builtin_cpu_supports("avx2")) widest = "AVX2";
+#endif
+    return cpu_model() + " with " + widest;
+}
+
 } // namespace
 
 double median(std::vector<double> xs) {
@@ -139,7 +151,7 @@ void report(const std::string& what, double value, const std::string& goal, cons
 }
 
 void print_machine() {
-    std::printf("kvcheck_bench on %s (%u threads), kernels %s\n", cpu_model().c_str(),
+    std::printf("kvcheck_bench on %s (%u threads), kernels %s\n", cpu_label().c_str(),
                 std::thread::hardware_concurrency(), opt::kernel_isa());
 }
 
@@ -147,7 +159,7 @@ void print_summary() {
     std::string load = "?";
     std::ifstream("/proc/loadavg") >> load; // other work on the machine takes cores from the compute-bound side
     std::printf("\nkvcheck_bench summary (%s, kernels %s, %u threads, load average %s; ratios measured inside this run)\n",
-                cpu_model().c_str(), opt::kernel_isa(), std::thread::hardware_concurrency(), load.c_str());
+                cpu_label().c_str(), opt::kernel_isa(), std::thread::hardware_concurrency(), load.c_str());
     for (const Line& l : lines())
         std::printf("  %-58s %8.3f  %-10s %s\n", l.what.c_str(), l.value, l.goal.c_str(), l.note.c_str());
 }

@@ -15,6 +15,19 @@ namespace {
 constexpr uint32_t kSeqs = 8, kTokens = 8192, kKvHeads = 8, kHeadDim = 128, kBlock = 16;
 constexpr int kReps = 9;
 
+// The prefetch plans the decode is compared with (the default: 16 rows per head ahead, into L2).
+struct OtherPlan {
+    const char* label;
+    const char* what;
+    opt::PrefetchPlan plan;
+};
+constexpr OtherPlan kOtherPlans[] = {
+    {"into L1", "16 rows ahead into L1 (prefetcht0, before 2026-12-01)", {16, false}},
+    {"8 rows", "8 rows ahead into L2", {8, true}},
+    {"32 rows", "32 rows ahead into L2", {32, true}},
+};
+constexpr int kPlans = sizeof kOtherPlans / sizeof kOtherPlans[0];
+
 struct Shape {
     uint32_t seqs = kSeqs, tokens = kTokens, q_heads = kKvHeads, kv_heads = kKvHeads, block = kBlock;
 };
@@ -86,11 +99,10 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         const int reps = stream_bytes < (64u << 20) ? 4 * kReps : kReps;
         // A/B of the AVX2 kernel's group path (tiles of 4+ rows: GQA) against its direct path; same bits
         const bool ab_group = sh.q_heads / sh.kv_heads >= 4 && e->uses_simd();
-        // A/B of the prefetch distance (rows ahead of the row in use; the kernel's default is 16, 32 until
-        // 2026-12-01)
+        // A/B of the AVX2 kernel's prefetching (attention_kernel.hpp, PrefetchPlan) against other plans
         const bool ab_prefetch = e->uses_simd();
-        constexpr uint32_t kAhead[] = {8, 32}, kAheadDefault = 16;
-        std::vector<double> t_ahead[2];
+        const opt::PrefetchPlan plan0 = opt::avx2_prefetch();
+        std::vector<double> t_ahead[kPlans];
         std::vector<double> t_decode, t_stream, t_single, t_direct;
         for (int r = 0; r < reps; ++r) { // interleaved, so drifts in the machine hit both sides alike
             t_stream.push_back(stream_read_seconds(buf.data(), stream_bytes));
@@ -103,10 +115,10 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
                 t_direct.push_back(step.run(*e, &bytes));
                 opt::set_avx2_group_path(true);
             }
-            for (int a = 0; ab_prefetch && a < 2; ++a) {
-                opt::set_avx2_prefetch_rows(kAhead[a]);
+            for (int a = 0; ab_prefetch && a < kPlans; ++a) {
+                opt::set_avx2_prefetch(kOtherPlans[a].plan);
                 t_ahead[a].push_back(step.run(*e, &bytes));
-                opt::set_avx2_prefetch_rows(kAheadDefault);
+                opt::set_avx2_prefetch(plan0);
             }
         }
         const double bw_decode = bytes / fastest(t_decode), bw_stream = stream_bytes / fastest(t_stream);
@@ -144,11 +156,10 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
             report("1. ... GQA group path: speedup", fastest(t_direct) / fastest(t_decode), "", note);
             state.counters["group_path_speedup"] = fastest(t_direct) / fastest(t_decode);
         }
-        for (int a = 0; ab_prefetch && a < 2; ++a) {
-            std::snprintf(note, sizeof note, "the same decode prefetching %u rows ahead instead of %u: %.1f ms/step",
-                          kAhead[a], kAheadDefault, fastest(t_ahead[a]) * 1e3);
-            report("1. ... prefetch " + std::to_string(kAhead[a]) + " rows ahead: time / time at " +
-                       std::to_string(kAheadDefault),
+        for (int a = 0; ab_prefetch && a < kPlans; ++a) {
+            std::snprintf(note, sizeof note, "the same decode prefetching %s: %.1f ms/step", kOtherPlans[a].what,
+                          fastest(t_ahead[a]) * 1e3);
+            report(std::string("1. ... prefetch ") + kOtherPlans[a].label + ": time / default's",
                    fastest(t_ahead[a]) / fastest(t_decode), "", note);
         }
         std::snprintf(note, sizeof note, "one thread: decode %.1f GB/s vs read %.1f GB/s, %.1f ms/step",

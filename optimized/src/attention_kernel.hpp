@@ -67,8 +67,14 @@ SplitKernel split_kernel_avx2(uint32_t dtype);
 // while no kernel runs.
 void set_avx2_group_path(bool on);
 bool avx2_group_path();
-// How many rows ahead of the row in use the AVX2 kernel prefetches along the block table (16 by default). For the
-// benchmark's A/B only; it changes no result. Process-wide: set it only while no kernel runs.
-void set_avx2_prefetch_rows(uint32_t rows);
+// How the AVX2 kernel prefetches along the block table, per KV head: `rows` rows ahead of the row in use, into L2
+// (prefetcht1; into L1 with prefetcht0 when !to_l2, as before 2026-12-01). For the benchmark's A/B only; it changes
+// no result. Process-wide: set it only while no kernel runs.
+struct PrefetchPlan {
+    uint32_t rows = 16;
+    bool to_l2 = true;
+};
+void set_avx2_prefetch(const PrefetchPlan& plan);
+PrefetchPlan avx2_prefetch();
 
 } // namespace kvc::opt

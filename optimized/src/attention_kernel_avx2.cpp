@@ -80,10 +80,16 @@ KVC_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-// How far ahead of the row in use the prefetches run: 16 rows (4 KiB at d = 128, f16) per head. Measured against 32
-// (the value until 2026-12-01) in the benchmark's interleaved A/B: 16 was 2-10 % faster on every MHA shape.
-constexpr uint32_t kPrefetchRows = 16;
-std::atomic<uint32_t> g_prefetch_rows{kPrefetchRows}; // benchmarks' A/B only (set_avx2_prefetch_rows)
+// Prefetching: 16 rows per head ahead, into L2 (prefetcht1). Measured on Zen 4 (2026-12-01, docs/performance.md,
+// "Prefetching into L2"): the same 16 rows fetched into L1 (prefetcht0), as before, read MHA at 11.8 GB/s on one
+// thread; into L2, at 18.9. A prefetch into L1 holds one of the core's few L1 miss buffers for a whole DRAM round
+// trip, so a deep L1 prefetch throttles itself; into L2 the requests queue where there are many more, and the
+// demand load then finds its line one short hop away. A second, near step into L1 (2 or 4 rows ahead) was slower
+// (1.16x on MHA, 16-token blocks): its own address walk costs more than the hop it saves. The plan is process-wide
+// for the benchmark's A/B only.
+constexpr PrefetchPlan kDefaultPrefetch{}; // 16 rows into L2
+std::atomic<uint32_t> g_prefetch_rows{kDefaultPrefetch.rows};
+std::atomic<bool> g_prefetch_to_l2{kDefaultPrefetch.to_l2};
 
 // The rows one split reads, in the order it reads them: its K rows, its V rows, then the first K rows of the next
 // split (the caller's next call). upto(u) prefetches every row before virtual index u + ahead. Block runs end every B
@@ -95,8 +101,9 @@ struct RowPrefetcher {
     uint64_t k0 = 0;     // the split's first key
     uint32_t n = 0;      // keys this split reads
     uint32_t n_next = 0; // keys of the next split worth fetching (0 when there is none)
-    uint32_t ahead = kPrefetchRows; // rows fetched ahead of the row in use
-    uint32_t v = 0;  // the next virtual row to prefetch
+    uint32_t ahead = kDefaultPrefetch.rows; // rows fetched ahead of the row in use
+    bool to_l2 = kDefaultPrefetch.to_l2;
+    uint32_t v = 0; // the next virtual row to prefetch
     // where row v lives: stepped row by row, recomputed (one division) only where a part starts
     uint64_t block = 0;
     uint32_t slot = 0, plane = KVC_PLANE_K;
@@ -107,9 +114,8 @@ struct RowPrefetcher {
         plane = pl;
     }
 
-    // prefetches every row before virtual index `used + ahead` (used: the row about to be read, plus one)
-    KVC_TARGET_AVX2 inline void upto(uint32_t used) {
-        const uint32_t target = std::min(used + ahead, 2 * n + n_next);
+    template <_mm_hint Hint>
+    KVC_TARGET_AVX2 inline void fetch_upto(uint32_t target) {
         for (; v < target; ++v) {
             if (v == 0) seek(k0, KVC_PLANE_K);
             else if (v == n) seek(k0, KVC_PLANE_V);
@@ -117,12 +123,19 @@ struct RowPrefetcher {
             const uintptr_t first = reinterpret_cast<uintptr_t>(l->block_base[table[block]] +
                                                                 kvc_kv_block_offset(l, slot, plane, head, 0));
             for (uintptr_t line = first & ~uintptr_t(63); line < first + l->row_bytes; line += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(line), Hint);
             if (++slot == l->block_size) {
                 slot = 0;
                 ++block;
             }
         }
+    }
+
+    // prefetches every row before virtual index `used + ahead` (used: the row about to be read, plus one)
+    KVC_TARGET_AVX2 inline void upto(uint32_t used) {
+        const uint32_t target = std::min(used + ahead, 2 * n + n_next);
+        if (to_l2) fetch_upto<_MM_HINT_T1>(target);
+        else fetch_upto<_MM_HINT_T0>(target);
     }
 };
 
@@ -325,10 +338,11 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, uint32_t nh, const RowTile* 
     const __m256 scale = _mm256_set1_ps(a.scale);
     const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
     const uint32_t ahead = g_prefetch_rows.load(std::memory_order_relaxed);
+    const bool to_l2 = g_prefetch_to_l2.load(std::memory_order_relaxed);
     const uint32_t n_next =
         next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, ahead)) : 0;
     RowPrefetcher pf[kMaxCallRows];
-    for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead};
+    for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead, to_l2};
     // the group path: 4 x 3 score blocks from 4 rows on; V widened once where there is something to widen (f16,
     // bf16) and more than one 4-row block to share it (for one block the scratch is pure overhead: measured)
     constexpr bool kGroupScores = R >= 4, kWiden = DT != KVC_DTYPE_F32 && R > 4;
@@ -460,7 +474,13 @@ SplitKernel split_kernel_avx2(uint32_t dtype) {
     }
 }
 
-void set_avx2_prefetch_rows(uint32_t rows) { g_prefetch_rows.store(rows, std::memory_order_relaxed); }
+void set_avx2_prefetch(const PrefetchPlan& plan) {
+    g_prefetch_rows.store(plan.rows, std::memory_order_relaxed);
+    g_prefetch_to_l2.store(plan.to_l2, std::memory_order_relaxed);
+}
+PrefetchPlan avx2_prefetch() {
+    return {g_prefetch_rows.load(std::memory_order_relaxed), g_prefetch_to_l2.load(std::memory_order_relaxed)};
+}
 
 void set_avx2_group_path(bool on) { g_group_path.store(on, std::memory_order_relaxed); }
 bool avx2_group_path() { return g_group_path.load(std::memory_order_relaxed); }
