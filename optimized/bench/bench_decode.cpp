@@ -2,7 +2,7 @@
 // the same size: 8 sequences x 8,192 tokens (256 MiB), MHA and GQA 8:1, 16- and 256-token blocks; one sequence of
 // 512 to 32,768 tokens with 32 heads; each with every core and with one thread; (2) decode time with blocks
 // scattered over the pool against blocks in address order. Interleaved A/Bs in the same loop: heads walked together
-// or one per kernel call, the AVX2 kernel's group path or its direct path (GQA), and the prefetch distance.
+// or one per kernel call, the AVX2 kernel's group path or its direct path (GQA), and its walk (prefetching, visits).
 #include "bench_common.hpp"
 
 #include "attention_kernel.hpp"
@@ -15,18 +15,21 @@ namespace {
 constexpr uint32_t kSeqs = 8, kTokens = 8192, kKvHeads = 8, kHeadDim = 128, kBlock = 16;
 constexpr int kReps = 9;
 
-// The prefetch plans the decode is compared with (the default: 16 rows per head ahead, into L2).
-struct OtherPlan {
+// The walks the decode is compared with (attention_kernel.hpp, WalkPlan; the default: 16 rows per head ahead, into
+// L2, heads interleaved in visits of 16 keys).
+struct OtherWalk {
     const char* label;
     const char* what;
-    opt::PrefetchPlan plan;
+    opt::WalkPlan plan;
 };
-constexpr OtherPlan kOtherPlans[] = {
-    {"into L1", "16 rows ahead into L1 (prefetcht0, before 2026-12-01)", {16, false}},
-    {"8 rows", "8 rows ahead into L2", {8, true}},
-    {"32 rows", "32 rows ahead into L2", {32, true}},
+constexpr OtherWalk kOtherWalks[] = {
+    {"walk of before 2026-12-01", "16 rows ahead into L1, each head's whole run at a time", {16, false, false}},
+    {"into L1", "16 rows ahead into L1 (prefetcht0)", {16, false, true}},
+    {"whole runs", "each head's whole run at a time", {16, true, false}},
+    {"8 rows ahead", "8 rows ahead (and visits of 8 keys)", {8, true, true}},
+    {"32 rows ahead", "32 rows ahead (and visits of 32 keys)", {32, true, true}},
 };
-constexpr int kPlans = sizeof kOtherPlans / sizeof kOtherPlans[0];
+constexpr int kWalks = sizeof kOtherWalks / sizeof kOtherWalks[0];
 
 struct Shape {
     uint32_t seqs = kSeqs, tokens = kTokens, q_heads = kKvHeads, kv_heads = kKvHeads, block = kBlock;
@@ -99,10 +102,10 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         const int reps = stream_bytes < (64u << 20) ? 4 * kReps : kReps;
         // A/B of the AVX2 kernel's group path (tiles of 4+ rows: GQA) against its direct path; same bits
         const bool ab_group = sh.q_heads / sh.kv_heads >= 4 && e->uses_simd();
-        // A/B of the AVX2 kernel's prefetching (attention_kernel.hpp, PrefetchPlan) against other plans
-        const bool ab_prefetch = e->uses_simd();
-        const opt::PrefetchPlan plan0 = opt::avx2_prefetch();
-        std::vector<double> t_ahead[kPlans];
+        // A/B of the AVX2 kernel's walk (attention_kernel.hpp, WalkPlan) against other walks; same bits
+        const bool ab_walk = e->uses_simd();
+        const opt::WalkPlan walk0 = opt::avx2_walk();
+        std::vector<double> t_walk[kWalks];
         std::vector<double> t_decode, t_stream, t_single, t_direct;
         for (int r = 0; r < reps; ++r) { // interleaved, so drifts in the machine hit both sides alike
             t_stream.push_back(stream_read_seconds(buf.data(), stream_bytes));
@@ -115,20 +118,25 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
                 t_direct.push_back(step.run(*e, &bytes));
                 opt::set_avx2_group_path(true);
             }
-            for (int a = 0; ab_prefetch && a < kPlans; ++a) {
-                opt::set_avx2_prefetch(kOtherPlans[a].plan);
-                t_ahead[a].push_back(step.run(*e, &bytes));
-                opt::set_avx2_prefetch(plan0);
+            for (int a = 0; ab_walk && a < kWalks; ++a) {
+                opt::set_avx2_walk(kOtherWalks[a].plan);
+                t_walk[a].push_back(step.run(*e, &bytes));
+                opt::set_avx2_walk(walk0);
             }
         }
         const double bw_decode = bytes / fastest(t_decode), bw_stream = stream_bytes / fastest(t_stream);
         const double ratio = bw_decode / bw_stream;
         // the same on one core each: what a core achieves whatever else runs on the machine
         e->set_threads(1);
-        std::vector<double> t1_decode, t1_stream, t1_direct;
+        std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk;
         for (int r = 0; r < reps / 2; ++r) {
             t1_stream.push_back(stream_read_seconds(buf.data(), stream_bytes, 1));
             t1_decode.push_back(step.run(*e, &bytes));
+            if (ab_walk) {
+                opt::set_avx2_walk(kOtherWalks[0].plan);
+                t1_old_walk.push_back(step.run(*e, &bytes));
+                opt::set_avx2_walk(walk0);
+            }
             if (ab_group) {
                 opt::set_avx2_group_path(false);
                 t1_direct.push_back(step.run(*e, &bytes));
@@ -156,15 +164,21 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
             report("1. ... GQA group path: speedup", fastest(t_direct) / fastest(t_decode), "", note);
             state.counters["group_path_speedup"] = fastest(t_direct) / fastest(t_decode);
         }
-        for (int a = 0; ab_prefetch && a < kPlans; ++a) {
-            std::snprintf(note, sizeof note, "the same decode prefetching %s: %.1f ms/step", kOtherPlans[a].what,
-                          fastest(t_ahead[a]) * 1e3);
-            report(std::string("1. ... prefetch ") + kOtherPlans[a].label + ": time / default's",
-                   fastest(t_ahead[a]) / fastest(t_decode), "", note);
+        for (int a = 0; ab_walk && a < kWalks; ++a) {
+            std::snprintf(note, sizeof note, "the same decode, %s: %.1f ms/step", kOtherWalks[a].what,
+                          fastest(t_walk[a]) * 1e3);
+            report(std::string("1. ... ") + kOtherWalks[a].label + ": time / default's",
+                   fastest(t_walk[a]) / fastest(t_decode), "", note);
         }
         std::snprintf(note, sizeof note, "one thread: decode %.1f GB/s vs read %.1f GB/s, %.1f ms/step",
                       bw1_decode / 1e9, bw1_stream / 1e9, fastest(t1_decode) * 1e3);
         report("1. decode / streaming read, " + name + ", one thread", ratio1, goal, note);
+        if (ab_walk) {
+            std::snprintf(note, sizeof note, "one thread, %s: %.1f ms/step", kOtherWalks[0].what,
+                          fastest(t1_old_walk) * 1e3);
+            report(std::string("1. ... ") + kOtherWalks[0].label + ", one thread: time / default's",
+                   fastest(t1_old_walk) / fastest(t1_decode), "", note);
+        }
         if (ab_group) {
             std::snprintf(note, sizeof note, "one thread, direct path: %.1f ms/step", fastest(t1_direct) * 1e3);
             report("1. ... GQA group path, one thread: speedup", fastest(t1_direct) / fastest(t1_decode), "", note);

@@ -67,14 +67,15 @@ SplitKernel split_kernel_avx2(uint32_t dtype);
 // while no kernel runs.
 void set_avx2_group_path(bool on);
 bool avx2_group_path();
-// How the AVX2 kernel prefetches along the block table, per KV head: `rows` rows ahead of the row in use, into L2
-// (prefetcht1; into L1 with prefetcht0 when !to_l2, as before 2026-12-01). For the benchmark's A/B only; it changes
-// no result. Process-wide: set it only while no kernel runs.
-struct PrefetchPlan {
-    uint32_t rows = 16;
-    bool to_l2 = true;
+// How the AVX2 kernel walks a split (docs/performance.md, "How the kernel walks the cache"). None of it changes a
+// bit of any result; it exists for the benchmark's A/B and the test that checks that. Process-wide: set it only
+// while no kernel runs.
+struct WalkPlan {
+    uint32_t prefetch_rows = 16;  // rows per KV head fetched ahead of the row in use, along the block table
+    bool prefetch_to_l2 = true;   // prefetcht1 (into L2); false: prefetcht0 (into L1), as before 2026-12-01
+    bool interleave_heads = true; // tiles of 1-3 rows: visit each head for at most prefetch_rows keys at a time
 };
-void set_avx2_prefetch(const PrefetchPlan& plan);
-PrefetchPlan avx2_prefetch();
+void set_avx2_walk(const WalkPlan& plan);
+WalkPlan avx2_walk();
 
 } // namespace kvc::opt

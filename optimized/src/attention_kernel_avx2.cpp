@@ -80,16 +80,21 @@ KVC_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-// Prefetching: 16 rows per head ahead, into L2 (prefetcht1). Measured on Zen 4 (2026-12-01, docs/performance.md,
-// "Prefetching into L2"): the same 16 rows fetched into L1 (prefetcht0), as before, read MHA at 11.8 GB/s on one
-// thread; into L2, at 18.9. A prefetch into L1 holds one of the core's few L1 miss buffers for a whole DRAM round
-// trip, so a deep L1 prefetch throttles itself; into L2 the requests queue where there are many more, and the
-// demand load then finds its line one short hop away. A second, near step into L1 (2 or 4 rows ahead) was slower
-// (1.16x on MHA, 16-token blocks): its own address walk costs more than the hop it saves. The plan is process-wide
-// for the benchmark's A/B only.
-constexpr PrefetchPlan kDefaultPrefetch{}; // 16 rows into L2
-std::atomic<uint32_t> g_prefetch_rows{kDefaultPrefetch.rows};
-std::atomic<bool> g_prefetch_to_l2{kDefaultPrefetch.to_l2};
+// The walk (WalkPlan; measured on Zen 4, 2026-12-01, docs/performance.md, "How the kernel walks the cache"):
+//  - Prefetches run 16 rows per head ahead, into L2 (prefetcht1). The same 16 rows fetched into L1 (prefetcht0), as
+//    before, read MHA at 11.8 GB/s on one thread; into L2, at 18.9. A prefetch into L1 holds one of the core's few
+//    L1 miss buffers for a whole DRAM round trip, so a deep L1 prefetch throttles itself; into L2 the requests
+//    queue where there are many more, and the demand load finds its line one short hop away. A second, near step
+//    into L1 (2 or 4 rows ahead) was slower: its own address walk costs more than the hop it saves.
+//  - Tiles of 1-3 rows (MHA decode) visit each head for at most prefetch_rows keys, then move to the next head of
+//    the call: a head's prefetcher then runs a whole round of heads ahead of its use, as it does at 16-token
+//    blocks, instead of 16 rows. 256-token blocks, MHA, one thread: 19.1 -> 23.5 GB/s (visits of 32 keys: 19.8).
+//    Tiles of 4+ rows keep whole runs: there the compute per byte is 8x larger, and shorter visits cost 5 %
+//    (more 1-key tails of the 4 x 3 score blocks).
+constexpr WalkPlan kDefaultWalk{};
+std::atomic<uint32_t> g_prefetch_rows{kDefaultWalk.prefetch_rows};
+std::atomic<bool> g_prefetch_to_l2{kDefaultWalk.prefetch_to_l2};
+std::atomic<bool> g_interleave_heads{kDefaultWalk.interleave_heads};
 
 // The rows one split reads, in the order it reads them: its K rows, its V rows, then the first K rows of the next
 // split (the caller's next call). upto(u) prefetches every row before virtual index u + ahead. Block runs end every B
@@ -101,8 +106,8 @@ struct RowPrefetcher {
     uint64_t k0 = 0;     // the split's first key
     uint32_t n = 0;      // keys this split reads
     uint32_t n_next = 0; // keys of the next split worth fetching (0 when there is none)
-    uint32_t ahead = kDefaultPrefetch.rows; // rows fetched ahead of the row in use
-    bool to_l2 = kDefaultPrefetch.to_l2;
+    uint32_t ahead = kDefaultWalk.prefetch_rows; // rows fetched ahead of the row in use
+    bool to_l2 = kDefaultWalk.prefetch_to_l2;
     uint32_t v = 0; // the next virtual row to prefetch
     // where row v lives: stepped row by row, recomputed (one division) only where a part starts
     uint64_t block = 0;
@@ -348,12 +353,17 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, uint32_t nh, const RowTile* 
     constexpr bool kGroupScores = R >= 4, kWiden = DT != KVC_DTYPE_F32 && R > 4;
     const bool group_path = (kGroupScores || kWiden) && g_group_path.load(std::memory_order_relaxed);
     alignas(32) float wide[kWiden ? kPieceKeys * kMaxHeadDim : 8];
+    // keys per visit to a head (the walk, above); any length gives the same bits: every dot product is its own,
+    // and phase 4 reloads each output from its state, so the keys still reach each element in order
+    const uint32_t visit =
+        !kGroupScores && g_interleave_heads.load(std::memory_order_relaxed) ? std::max(ahead, 1u) : kSplitKeys;
 
-    // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run, heads inside
+    // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run (visits of at most `visit`
+    // keys), heads inside
     for (uint32_t j = 0; j < n_max;) {
         const uint64_t pos = static_cast<uint64_t>(k0) + j;
         const uint32_t slot = static_cast<uint32_t>(pos % B);
-        const uint32_t run = std::min(B - slot, n_max - j);
+        const uint32_t run = std::min({B - slot, n_max - j, visit});
         const uint8_t* kp = kvc_kv_address(&L, a.table, pos, KVC_PLANE_K, a.kv_head, 0);
         for (uint32_t h = 0; h < nh; ++h) {
             if constexpr (kGroupScores) {
@@ -405,7 +415,7 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, uint32_t nh, const RowTile* 
     for (uint32_t j = 0; j < n_max;) {
         const uint64_t pos = static_cast<uint64_t>(k0) + j;
         const uint32_t slot = static_cast<uint32_t>(pos % B);
-        const uint32_t run = std::min(B - slot, n_max - j);
+        const uint32_t run = std::min({B - slot, n_max - j, visit});
         const uint8_t* vp0 = kvc_kv_address(&L, a.table, pos, KVC_PLANE_V, a.kv_head, 0);
         const uint32_t all_live = j < n_min ? std::min(run, n_min - j) : 0;
         for (uint32_t h = 0; h < nh; ++h) {
@@ -474,12 +484,14 @@ SplitKernel split_kernel_avx2(uint32_t dtype) {
     }
 }
 
-void set_avx2_prefetch(const PrefetchPlan& plan) {
-    g_prefetch_rows.store(plan.rows, std::memory_order_relaxed);
-    g_prefetch_to_l2.store(plan.to_l2, std::memory_order_relaxed);
+void set_avx2_walk(const WalkPlan& plan) {
+    g_prefetch_rows.store(plan.prefetch_rows, std::memory_order_relaxed);
+    g_prefetch_to_l2.store(plan.prefetch_to_l2, std::memory_order_relaxed);
+    g_interleave_heads.store(plan.interleave_heads, std::memory_order_relaxed);
 }
-PrefetchPlan avx2_prefetch() {
-    return {g_prefetch_rows.load(std::memory_order_relaxed), g_prefetch_to_l2.load(std::memory_order_relaxed)};
+WalkPlan avx2_walk() {
+    return {g_prefetch_rows.load(std::memory_order_relaxed), g_prefetch_to_l2.load(std::memory_order_relaxed),
+            g_interleave_heads.load(std::memory_order_relaxed)};
 }
 
 void set_avx2_group_path(bool on) { g_group_path.store(on, std::memory_order_relaxed); }

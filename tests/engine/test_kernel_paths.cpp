@@ -1,6 +1,7 @@
 // The AVX2 split kernel's two paths for tiles of several rows (the group path of 2026-12-01, and the direct path it
-// replaced; attention_kernel.hpp) must give the same bits: the engine's determinism contract does not say which
-// path ran, and the benchmark's A/B compares their speed assuming equal results. Random shapes (dtype, rows, heads
+// replaced; attention_kernel.hpp) must give the same bits, and so must every walk (WalkPlan: how far and where to
+// it prefetches, how many keys it reads per visit to a head): the engine's determinism contract does not say which
+// path or walk ran, and the benchmark's A/Bs compare their speed assuming equal results. Random shapes (dtype, rows, heads
 // per call, block size, head_dim, causal limits, split), seed printed; each path is also checked against the
 // portable kernel within a loose bound, so a path that computes garbage identically in both would still fail.
 #include "engine_test_util.hpp"
@@ -142,6 +143,38 @@ TEST(KernelPaths, GroupPathMatchesDirectPathBitwise) {
         if (kc.n >= 4) ++cases_with_group_rows;
     }
     EXPECT_GT(cases_with_group_rows, 50) << "the random shapes must exercise tiles of 4 rows or more";
+}
+
+// Restores the process-wide walk however the test ends.
+struct WalkSwitch {
+    opt::WalkPlan before = opt::avx2_walk();
+    ~WalkSwitch() { opt::set_avx2_walk(before); }
+};
+
+TEST(KernelPaths, EveryWalkGivesTheSameBits) {
+    if (!opt::cpu_has_avx2_f16c()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C: the AVX2 kernel cannot run here";
+    WalkSwitch restore;
+    // the default first; visits of 1, 3, 16 and 100 keys, whole runs, prefetching into L1 or L2 (or nothing ahead)
+    const opt::WalkPlan walks[] = {{16, true, true},  {1, true, true},    {3, false, true},
+                                   {100, true, true}, {16, true, false},  {0, false, false}};
+    Rng rng(test_seed(20261202));
+    int cases_with_short_visits = 0;
+    for (int c = 0; c < 200; ++c) {
+        const KernelCase kc(rng);
+        const opt::SplitKernel avx2 = opt::split_kernel_avx2(kc.dtype);
+        opt::set_avx2_walk(walks[0]);
+        const std::vector<float> first = kc.run(avx2);
+        for (size_t w = 1; w < sizeof walks / sizeof walks[0]; ++w) {
+            opt::set_avx2_walk(walks[w]);
+            const std::vector<float> other = kc.run(avx2);
+            ASSERT_EQ(first.size(), other.size());
+            ASSERT_EQ(0, std::memcmp(first.data(), other.data(), first.size() * sizeof(float)))
+                << "case " << c << ", walk " << w << ": " << kc.describe();
+        }
+        // a visit shorter than a run needs a tile of 1-3 rows, several heads or not, and runs longer than 3 keys
+        if (kc.n < 4 && kc.block > 3) ++cases_with_short_visits;
+    }
+    EXPECT_GT(cases_with_short_visits, 40) << "the random shapes must cut runs into several visits";
 }
 
 } // namespace
