@@ -11,45 +11,58 @@ namespace kvc::harness {
 
 using prop::Verdict;
 
-prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
-                           const std::function<prop::Case()>& the_case, double timeout_s, uint64_t memory_limit,
-                           bool memory_limit_asked) {
+namespace {
+
+// What the case process wrote to its result pipe: the last provisional ("P", a FAIL before shrinking) and final ("F")
+// results, operator new's "M" marker (an allocation the memory limit refused), and the last thing that was not the
+// protocol, if any.
+struct PipeContents {
     std::optional<prop::CaseResult> provisional, final_result;
-    std::string unreadable;
     bool allocation_refused = false;
-    std::istringstream lines(run.result);
+    std::string unreadable;
+};
+
+PipeContents read_pipe(const std::string& bytes) {
+    PipeContents pipe;
+    std::istringstream lines(bytes);
     for (std::string line; std::getline(lines, line);) {
         if (line == "M") {
-            allocation_refused = true;
+            pipe.allocation_refused = true;
             continue;
         }
         if (line.size() < 2 || (line[0] != 'P' && line[0] != 'F') || line[1] != ' ') {
-            unreadable = "unexpected line from the case process";
+            pipe.unreadable = "unexpected line from the case process";
             continue;
         }
         try {
             prop::CaseResult r = prop::case_result_from_json(nlohmann::json::parse(line.substr(2)));
-            (line[0] == 'F' ? final_result : provisional) = std::move(r);
+            (line[0] == 'F' ? pipe.final_result : pipe.provisional) = std::move(r);
         } catch (const std::exception& e) {
-            unreadable = e.what();
+            pipe.unreadable = e.what();
         }
     }
-    const auto make_case = [&] { return the_case ? the_case() : prop::Case{}; };
+    return pipe;
+}
 
+// Which result to trust, given how the process ended: the final one, else the unshrunk failure, else a verdict made
+// from the ending itself (CRASH, TIMEOUT, ERROR). A flooded pipe's results are never trusted.
+prop::CaseResult result_of(const ChildRun& run, const PipeContents& pipe, const prop::CaseResult& fresh,
+                           const std::function<prop::Case()>& make_case, double timeout_s) {
     std::string ending; // how the child ended, in words, when it did not end normally
     if (run.end != ChildRun::End::Exited || run.code != 0) ending = "the case process " + ending_text(run, timeout_s);
     if (run.end == ChildRun::End::Exited && run.code != 0 && run.code != kBodyThrew && run.code != kExecFailed)
         ending = "the implementation ended the process (exit status " + std::to_string(run.code) +
                  ") before the case finished";
+    const bool flooded = run.end == ChildRun::End::Flooded;
 
     prop::CaseResult r = fresh;
-    if (final_result && run.end != ChildRun::End::Flooded) {
-        r = *final_result;
+    if (pipe.final_result && !flooded) {
+        r = *pipe.final_result;
         // The JSON carries the case only for FAIL (the shrunk one); any other verdict is about the case as generated.
         if (!conformant(r.verdict) && r.verdict != Verdict::Fail) r.counterexample = make_case();
-    } else if (provisional && run.end != ChildRun::End::Flooded) {
+    } else if (pipe.provisional && !flooded) {
         // it failed, then shrinking crashed or hung (or ended the process): keep the unshrunk failure
-        r = *provisional;
+        r = *pipe.provisional;
         r.notes.push_back("not shrunk: while shrinking, " +
                           (ending.empty() ? std::string("the case process ended without a final result") : ending));
     } else {
@@ -61,7 +74,7 @@ prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
             r.verdict = Verdict::Timeout;
             r.reason = ending;
         } else if (run.end == ChildRun::End::Exited && run.code != kBodyThrew && run.code != kExecFailed &&
-                   unreadable.empty()) {
+                   pipe.unreadable.empty()) {
             // exit() inside a case, whatever its status (0 too): the implementation ended the process
             r.verdict = Verdict::Crash;
             r.reason = "the implementation ended the process (exit status " + std::to_string(run.code) +
@@ -70,31 +83,45 @@ prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
             r.verdict = Verdict::Error;
             r.reason = !ending.empty() ? ending
                                        : "the case process ended without a readable result" +
-                                             (unreadable.empty() ? std::string() : " (" + unreadable + ")");
+                                             (pipe.unreadable.empty() ? std::string() : " (" + pipe.unreadable + ")");
         }
     }
     // Bytes that are not the protocol beside a readable result: something other than kvcheck's case process wrote to
     // its result pipe (the implementation can reach the descriptor), so the result on it is not trusted.
-    if (!unreadable.empty() && (final_result || provisional) && run.end != ChildRun::End::Flooded) {
+    if (!pipe.unreadable.empty() && (pipe.final_result || pipe.provisional) && !flooded) {
         r.notes.push_back(std::string("the result the pipe also carried: ") + prop::verdict_name(r.verdict));
         r.verdict = Verdict::Error;
         r.reason = "the case process ended without a readable result: its result pipe also carried bytes that are "
-                   "not the protocol (" + unreadable + "), so the result on it is not trusted";
+                   "not the protocol (" + pipe.unreadable + "), so the result on it is not trusted";
         r.counterexample = make_case();
     }
-    // The memory limit: a refused allocation seen by the harness (operator new's "M" marker, or bad_alloc), or a
-    // call that returned KVC_ERR_OUT_OF_MEMORY, is an ERROR naming the limit, not the implementation's fault as such.
-    // By flag, never by searching the reason: an implementation's message text could say anything.
-    if (memory_limit && !conformant(r.verdict)) {
-        if (allocation_refused || r.out_of_memory) {
-            r.reason = "the case exceeded its memory limit of " + bytes_text(memory_limit) +
-                       " (address space; --memory-limit): " + r.reason;
-            r.verdict = Verdict::Error;
-        } else if (r.verdict == Verdict::Crash && memory_limit_asked) {
-            r.notes.push_back("a memory limit of " + bytes_text(memory_limit) +
-                              " was in force (--memory-limit); an allocation it refused may be the cause");
-        }
+    return r;
+}
+
+// The memory limit: a refused allocation seen by the harness (operator new's "M" marker, or bad_alloc), or a call
+// that returned KVC_ERR_OUT_OF_MEMORY, is an ERROR naming the limit, not the implementation's fault as such. By
+// flag, never by searching the reason: an implementation's message text could say anything.
+void apply_memory_limit(prop::CaseResult& r, bool allocation_refused, uint64_t memory_limit, bool memory_limit_asked) {
+    if (!memory_limit || conformant(r.verdict)) return;
+    if (allocation_refused || r.out_of_memory) {
+        r.reason = "the case exceeded its memory limit of " + bytes_text(memory_limit) +
+                   " (address space; --memory-limit): " + r.reason;
+        r.verdict = Verdict::Error;
+    } else if (r.verdict == Verdict::Crash && memory_limit_asked) {
+        r.notes.push_back("a memory limit of " + bytes_text(memory_limit) +
+                          " was in force (--memory-limit); an allocation it refused may be the cause");
     }
+}
+
+} // namespace
+
+prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
+                           const std::function<prop::Case()>& the_case, double timeout_s, uint64_t memory_limit,
+                           bool memory_limit_asked) {
+    const PipeContents pipe = read_pipe(run.result);
+    const auto make_case = [&] { return the_case ? the_case() : prop::Case{}; };
+    prop::CaseResult r = result_of(run, pipe, fresh, make_case, timeout_s);
+    apply_memory_limit(r, pipe.allocation_refused, memory_limit, memory_limit_asked);
     r.reason = printable(r.reason, true);
     return r;
 }
