@@ -92,9 +92,8 @@ KVC_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
 //    Tiles of 4+ rows keep whole runs: there the compute per byte is 8x larger, and shorter visits cost 5 %
 //    (more 1-key tails of the 4 x 3 score blocks).
 constexpr WalkPlan kDefaultWalk{};
-std::atomic<uint32_t> g_prefetch_rows{kDefaultWalk.prefetch_rows};
-std::atomic<bool> g_prefetch_to_l2{kDefaultWalk.prefetch_to_l2};
-std::atomic<bool> g_interleave_heads{kDefaultWalk.interleave_heads};
+std::atomic<WalkPlan> g_walk{kDefaultWalk}; // one word: a kernel call reads the whole plan at once
+static_assert(std::atomic<WalkPlan>::is_always_lock_free, "the plan must fit one lock-free word (no libatomic)");
 
 // The rows one split reads, in the order it reads them: its K rows, its V rows, then the first K rows of the next
 // split (the caller's next call). upto(u) prefetches every row before virtual index u + ahead. Block runs end every B
@@ -342,12 +341,12 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, uint32_t nh, const RowTile* 
     alignas(32) float sc[kMaxCallRows][kSplitKeys]; // row r of head h is sc[h * R + r]
     const __m256 scale = _mm256_set1_ps(a.scale);
     const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
-    const uint32_t ahead = g_prefetch_rows.load(std::memory_order_relaxed);
-    const bool to_l2 = g_prefetch_to_l2.load(std::memory_order_relaxed);
+    const WalkPlan walk = g_walk.load(std::memory_order_relaxed);
+    const uint32_t ahead = walk.prefetch_rows;
     const uint32_t n_next =
         next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, ahead)) : 0;
     RowPrefetcher pf[kMaxCallRows];
-    for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead, to_l2};
+    for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead, walk.prefetch_to_l2};
     // the group path: 4 x 3 score blocks from 4 rows on; V widened once where there is something to widen (f16,
     // bf16) and more than one 4-row block to share it (for one block the scratch is pure overhead: measured)
     constexpr bool kGroupScores = R >= 4, kWiden = DT != KVC_DTYPE_F32 && R > 4;
@@ -356,7 +355,7 @@ KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, uint32_t nh, const RowTile* 
     // keys per visit to a head (the walk, above); any length gives the same bits: every dot product is its own,
     // and phase 4 reloads each output from its state, so the keys still reach each element in order
     const uint32_t visit =
-        !kGroupScores && g_interleave_heads.load(std::memory_order_relaxed) ? std::max(ahead, 1u) : kSplitKeys;
+        !kGroupScores && walk.interleave_heads ? std::max(ahead, 1u) : kSplitKeys;
 
     // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run (visits of at most `visit`
     // keys), heads inside
@@ -484,15 +483,8 @@ SplitKernel split_kernel_avx2(uint32_t dtype) {
     }
 }
 
-void set_avx2_walk(const WalkPlan& plan) {
-    g_prefetch_rows.store(plan.prefetch_rows, std::memory_order_relaxed);
-    g_prefetch_to_l2.store(plan.prefetch_to_l2, std::memory_order_relaxed);
-    g_interleave_heads.store(plan.interleave_heads, std::memory_order_relaxed);
-}
-WalkPlan avx2_walk() {
-    return {g_prefetch_rows.load(std::memory_order_relaxed), g_prefetch_to_l2.load(std::memory_order_relaxed),
-            g_interleave_heads.load(std::memory_order_relaxed)};
-}
+void set_avx2_walk(const WalkPlan& plan) { g_walk.store(plan, std::memory_order_relaxed); }
+WalkPlan avx2_walk() { return g_walk.load(std::memory_order_relaxed); }
 
 void set_avx2_group_path(bool on) { g_group_path.store(on, std::memory_order_relaxed); }
 bool avx2_group_path() { return g_group_path.load(std::memory_order_relaxed); }

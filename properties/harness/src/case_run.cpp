@@ -47,7 +47,8 @@ PipeContents read_pipe(const std::string& bytes) {
 // Which result to trust, given how the process ended: the final one, else the unshrunk failure, else a verdict made
 // from the ending itself (CRASH, TIMEOUT, ERROR). A flooded pipe's results are never trusted.
 prop::CaseResult result_of(const ChildRun& run, const PipeContents& pipe, const prop::CaseResult& fresh,
-                           const std::function<prop::Case()>& make_case, double timeout_s) {
+                           const std::function<prop::Case()>& the_case, double timeout_s) {
+    const auto make_case = [&] { return the_case ? the_case() : prop::Case{}; };
     std::string ending; // how the child ended, in words, when it did not end normally
     if (run.end != ChildRun::End::Exited || run.code != 0) ending = "the case process " + ending_text(run, timeout_s);
     if (run.end == ChildRun::End::Exited && run.code != 0 && run.code != kBodyThrew && run.code != kExecFailed)
@@ -119,8 +120,7 @@ prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
                            const std::function<prop::Case()>& the_case, double timeout_s, uint64_t memory_limit,
                            bool memory_limit_asked) {
     const PipeContents pipe = read_pipe(run.result);
-    const auto make_case = [&] { return the_case ? the_case() : prop::Case{}; };
-    prop::CaseResult r = result_of(run, pipe, fresh, make_case, timeout_s);
+    prop::CaseResult r = result_of(run, pipe, fresh, the_case, timeout_s);
     apply_memory_limit(r, pipe.allocation_refused, memory_limit, memory_limit_asked);
     r.reason = printable(r.reason, true);
     return r;
