@@ -2,10 +2,12 @@
 // the same size: 8 sequences x 8,192 tokens (256 MiB), MHA and GQA 8:1, 16- and 256-token blocks; one sequence of
 // 512 to 32,768 tokens with 32 heads; each with every core and with one thread; (2) decode time with blocks
 // scattered over the pool against blocks in address order. Interleaved A/Bs in the same loop: heads walked together
-// or one per kernel call, the AVX2 kernel's group path or its direct path (GQA), and its walk (prefetching, visits).
+// or one per kernel call, the AVX2 kernel's group path or its direct path (GQA), the AVX-512 kernel or the AVX2 one
+// (GQA, machines with AVX-512), and the walk (prefetching, visits).
 #include "bench_common.hpp"
 
 #include "attention_kernel.hpp"
+#include "simd.hpp"
 
 #include <random>
 
@@ -102,11 +104,13 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         const int reps = stream_bytes < (64u << 20) ? 4 * kReps : kReps;
         // A/B of the AVX2 kernel's group path (tiles of 4+ rows: GQA) against its direct path; same bits
         const bool ab_group = sh.q_heads / sh.kv_heads >= 4 && e->uses_simd();
+        // A/B of the AVX-512 kernel's 512-bit group path against the AVX2 kernel (machines with AVX-512); same bits
+        const bool ab_wide = ab_group && opt::cpu_has_avx512();
         // A/B of the AVX2 kernel's walk (attention_kernel.hpp, WalkPlan) against other walks; same bits
         const bool ab_walk = e->uses_simd();
         const opt::WalkPlan walk0 = opt::avx2_walk();
         std::vector<double> t_walk[kWalks];
-        std::vector<double> t_decode, t_stream, t_single, t_direct;
+        std::vector<double> t_decode, t_stream, t_single, t_direct, t_avx2;
         for (int r = 0; r < reps; ++r) { // interleaved, so drifts in the machine hit both sides alike
             t_stream.push_back(stream_read_seconds(buf.data(), stream_bytes));
             t_decode.push_back(step.run(*e, &bytes));
@@ -115,8 +119,15 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
             e->set_group_heads(true);
             if (ab_group) {
                 opt::set_avx2_group_path(false);
+                opt::set_avx512_group_path(false);
                 t_direct.push_back(step.run(*e, &bytes));
                 opt::set_avx2_group_path(true);
+                opt::set_avx512_group_path(true);
+            }
+            if (ab_wide) {
+                opt::set_avx512_group_path(false);
+                t_avx2.push_back(step.run(*e, &bytes));
+                opt::set_avx512_group_path(true);
             }
             for (int a = 0; ab_walk && a < kWalks; ++a) {
                 opt::set_avx2_walk(kOtherWalks[a].plan);
@@ -128,7 +139,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         const double ratio = bw_decode / bw_stream;
         // the same on one core each: what a core achieves whatever else runs on the machine
         e->set_threads(1);
-        std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk;
+        std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk, t1_avx2;
         for (int r = 0; r < reps; ++r) { // as many as on all cores: one core of a shared host is the noisier side
             t1_stream.push_back(stream_read_seconds(buf.data(), stream_bytes, 1));
             t1_decode.push_back(step.run(*e, &bytes));
@@ -139,8 +150,15 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
             }
             if (ab_group) {
                 opt::set_avx2_group_path(false);
+                opt::set_avx512_group_path(false);
                 t1_direct.push_back(step.run(*e, &bytes));
                 opt::set_avx2_group_path(true);
+                opt::set_avx512_group_path(true);
+            }
+            if (ab_wide) {
+                opt::set_avx512_group_path(false);
+                t1_avx2.push_back(step.run(*e, &bytes));
+                opt::set_avx512_group_path(true);
             }
         }
         const double bw1_decode = bytes / fastest(t1_decode), bw1_stream = stream_bytes / fastest(t1_stream);
@@ -164,6 +182,10 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
             report("1. ... GQA group path: speedup", fastest(t_direct) / fastest(t_decode), "", note);
             state.counters["group_path_speedup"] = fastest(t_direct) / fastest(t_decode);
         }
+        if (ab_wide) {
+            std::snprintf(note, sizeof note, "the same decode on the AVX2 kernel: %.1f ms/step", fastest(t_avx2) * 1e3);
+            report("1. ... AVX-512 group path: speedup", fastest(t_avx2) / fastest(t_decode), "", note);
+        }
         for (int a = 0; ab_walk && a < kWalks; ++a) {
             std::snprintf(note, sizeof note, "the same decode, %s: %.1f ms/step", kOtherWalks[a].what,
                           fastest(t_walk[a]) * 1e3);
@@ -182,6 +204,10 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         if (ab_group) {
             std::snprintf(note, sizeof note, "one thread, direct path: %.1f ms/step", fastest(t1_direct) * 1e3);
             report("1. ... GQA group path, one thread: speedup", fastest(t1_direct) / fastest(t1_decode), "", note);
+        }
+        if (ab_wide) {
+            std::snprintf(note, sizeof note, "one thread, AVX2 kernel: %.1f ms/step", fastest(t1_avx2) * 1e3);
+            report("1. ... AVX-512 group path, one thread: speedup", fastest(t1_avx2) / fastest(t1_decode), "", note);
         }
     }
 }

@@ -52,12 +52,14 @@ inline uint32_t max_call_heads(int rows) { return static_cast<uint32_t>(kMaxCall
 using SplitKernel = void (*)(const SplitArgs& args, uint32_t n_heads, const RowTile* tiles, uint32_t k0,
                              SoftmaxState* states);
 
-// The kernel for a cache dtype: AVX2/FMA/F16C when simd is allowed and the CPU has it, portable otherwise.
+// The kernel for a cache dtype when simd is allowed: AVX-512 where the CPU has AVX-512 F/DQ/VL/BW, else AVX2/FMA/F16C
+// where it has those; portable otherwise. The two SIMD kernels give the same bits.
 SplitKernel split_kernel(uint32_t dtype, bool simd);
 
-// The two implementations (the dispatcher above picks one; tests may call either).
+// The three implementations (the dispatcher above picks one; tests may call any the CPU can run).
 SplitKernel split_kernel_scalar(uint32_t dtype);
 SplitKernel split_kernel_avx2(uint32_t dtype);
+SplitKernel split_kernel_avx512(uint32_t dtype); // only where cpu_has_avx512()
 
 // The AVX2 kernel's group path for tiles of several rows (on by default): phase 1 in blocks of 4 rows x 3 keys,
 // and f16/bf16 V rows widened once into an f32 scratch that every 4-row block of phase 4 reads. Off: the direct path
@@ -67,7 +69,7 @@ SplitKernel split_kernel_avx2(uint32_t dtype);
 // while no kernel runs.
 void set_avx2_group_path(bool on);
 bool avx2_group_path();
-// How the AVX2 kernel walks a split (docs/performance.md, "How the kernel walks the cache"). None of it changes a
+// How the x86 kernels (AVX2 and AVX-512) walk a split (docs/performance.md, "How the kernel walks the cache"). None of it changes a
 // bit of any result; it exists for the benchmark's A/B and the test that checks that. Process-wide: set it only
 // while no kernel runs.
 struct WalkPlan {
@@ -77,5 +79,10 @@ struct WalkPlan {
 };
 void set_avx2_walk(const WalkPlan& plan);
 WalkPlan avx2_walk();
+// The AVX-512 kernel's 512-bit group path (on by default). Off: that kernel runs the AVX2 kernel for every tile, as
+// it always does for tiles of 1-3 rows. Same bits either way; for the benchmark's A/B. Process-wide: set it only while
+// no kernel runs.
+void set_avx512_group_path(bool on);
+bool avx512_group_path();
 
 } // namespace kvc::opt

@@ -1,302 +1,36 @@
-// The AVX2/FMA/F16C split kernel. Compiled for those extensions function by function (KVC_TARGET_AVX2), so this
-// file links into a portable binary; split_kernel() only hands it out after cpu_has_avx2_f16c().
-//
-// Why it is shaped this way:
-//  - Each cached K/V row is widened to f32 once (F16C for f16, a shift for bf16) and used by every row of the
-//    tile: the GQA group shares one read of each cached byte.
-//  - Dot products keep 8 independent accumulators (rows x keys): one query row takes 8 keys at a time, 8 rows take
-//    one key, so the FMA latency chain never limits a decode.
-//  - Every dot product and every sum ends with the same fixed 8-lane tree, whatever tile it was computed in.
-//  - Software prefetch runs a fixed number of rows ahead along the order the split reads them (K, then V, then the
-//    next split): each block run ends a 4 KiB stretch and the next block may be anywhere in the pool.
-//  - Values accumulate in registers for up to 4 rows at a time while V rows stream by.
-//  - Tiles of 4 rows or more (GQA groups, prefill) take the group path below: 4 x 3 score blocks, and V widened once
-//    into an L1 scratch shared by all rows. Same bits as the direct path; set_avx2_group_path() switches it.
-#include "attention_kernel.hpp"
-#include "dtype_convert.hpp"
+// The AVX2/FMA/F16C split kernel: the x86 kernel body (attention_kernel_x86.hpp) compiled for those extensions,
+// function by function (KVC_TARGET_AVX2), so this file links into a portable binary; split_kernel() only hands it
+// out after cpu_has_avx2_f16c(). Here too: the group path's 256-bit inner loops, the process-wide switches, and the
+// dispatcher that picks AVX-512, AVX2 or portable.
 #include "simd.hpp"
+#define KVC_KERNEL_TARGET KVC_TARGET_AVX2
+#include "attention_kernel_x86.hpp"
 
-#include <immintrin.h>
-
-#include <algorithm>
 #include <atomic>
 
 namespace kvc::opt {
 namespace {
 
-template <uint32_t DT>
-constexpr uint32_t elem_bytes() {
-    return DT == KVC_DTYPE_F32 ? 4u : 2u;
-}
-
-// 8 cached elements -> 8 floats.
-template <uint32_t DT>
-KVC_TARGET_AVX2 inline __m256 load8(const uint8_t* p) {
-    if constexpr (DT == KVC_DTYPE_F32) {
-        return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-    } else if constexpr (DT == KVC_DTYPE_F16) {
-        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    } else {
-        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-    }
-}
-
-// The last n < 8 elements of a row, zero-padded (never reads past the row: it may end a slab).
-template <uint32_t DT>
-KVC_TARGET_AVX2 inline __m256 load_tail(const uint8_t* p, uint32_t n) {
-    alignas(32) float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (uint32_t i = 0; i < n; ++i) t[i] = load_elem(p + i * elem_bytes<DT>(), DT);
-    return _mm256_load_ps(t);
-}
-
-// Lane i of the result is the sum of the 8 lanes of a[i], always in the order ((0+1)+(2+3))+((4+5)+(6+7)).
-KVC_TARGET_AVX2 inline __m256 reduce8(const __m256* a) {
-    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-// exp(x) for x <= 0 (and -inf): 2^n * e^r with n = round(x / ln 2), r = x - n ln 2 in two steps (Cody-Waite),
-// e^r by its Taylor series to degree 7 (|r| <= ln2/2: error below 1 ulp of float). exp(0) is exactly 1. Results
-// below the smallest normal float flush to 0, harmless next to the 1 that the row's maximum contributes.
-KVC_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
-    const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
-// The walk (WalkPlan; measured on Zen 4, 2026-12-01, docs/performance.md, "How the kernel walks the cache"):
-//  - Prefetches run 16 rows per head ahead, into L2 (prefetcht1). The same 16 rows fetched into L1 (prefetcht0), as
-//    before, read MHA at 11.8 GB/s on one thread; into L2, at 18.9. A prefetch into L1 holds one of the core's few
-//    L1 miss buffers for a whole DRAM round trip, so a deep L1 prefetch throttles itself; into L2 the requests
-//    queue where there are many more, and the demand load finds its line one short hop away. A second, near step
-//    into L1 (2 or 4 rows ahead) was slower: its own address walk costs more than the hop it saves.
-//  - Tiles of 1-3 rows (MHA decode) visit each head for at most prefetch_rows keys, then move to the next head of
-//    the call: a head's prefetcher then runs a whole round of heads ahead of its use, as it does at 16-token
-//    blocks, instead of 16 rows. 256-token blocks, MHA, one thread: 19.1 -> 23.5 GB/s (visits of 32 keys: 19.8).
-//    Tiles of 4+ rows keep whole runs: there the compute per byte is 8x larger, and shorter visits cost 5 %
-//    (more 1-key tails of the 4 x 3 score blocks).
-constexpr WalkPlan kDefaultWalk{};
 std::atomic<WalkPlan> g_walk{kDefaultWalk}; // one word: a kernel call reads the whole plan at once
 static_assert(std::atomic<WalkPlan>::is_always_lock_free, "the plan must fit one lock-free word (no libatomic)");
-
-// The rows one split reads, in the order it reads them: its K rows, its V rows, then the first K rows of the next
-// split (the caller's next call). upto(u) prefetches every row before virtual index u + ahead. Block runs end every B
-// rows and the next block can be anywhere in the pool, so the hardware prefetcher cannot see ahead; this can.
-struct RowPrefetcher {
-    const kvc_kv_layout* l = nullptr;
-    const uint32_t* table = nullptr;
-    uint32_t head = 0;
-    uint64_t k0 = 0;     // the split's first key
-    uint32_t n = 0;      // keys this split reads
-    uint32_t n_next = 0; // keys of the next split worth fetching (0 when there is none)
-    uint32_t ahead = kDefaultWalk.prefetch_rows; // rows fetched ahead of the row in use
-    bool to_l2 = kDefaultWalk.prefetch_to_l2;
-    uint32_t v = 0; // the next virtual row to prefetch
-    // where row v lives: stepped row by row, recomputed (one division) only where a part starts
-    uint64_t block = 0;
-    uint32_t slot = 0, plane = KVC_PLANE_K;
-
-    KVC_TARGET_AVX2 inline void seek(uint64_t pos, uint32_t pl) {
-        block = pos / l->block_size;
-        slot = static_cast<uint32_t>(pos - block * l->block_size);
-        plane = pl;
-    }
-
-    template <_mm_hint Hint>
-    KVC_TARGET_AVX2 inline void fetch_upto(uint32_t target) {
-        for (; v < target; ++v) {
-            if (v == 0) seek(k0, KVC_PLANE_K);
-            else if (v == n) seek(k0, KVC_PLANE_V);
-            else if (v == 2 * n) seek(k0 + kSplitKeys, KVC_PLANE_K);
-            const uintptr_t first = reinterpret_cast<uintptr_t>(l->block_base[table[block]] +
-                                                                kvc_kv_block_offset(l, slot, plane, head, 0));
-            for (uintptr_t line = first & ~uintptr_t(63); line < first + l->row_bytes; line += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(line), Hint);
-            if (++slot == l->block_size) {
-                slot = 0;
-                ++block;
-            }
-        }
-    }
-
-    // prefetches every row before virtual index `used + ahead` (used: the row about to be read, plus one)
-    KVC_TARGET_AVX2 inline void upto(uint32_t used) {
-        const uint32_t target = std::min(used + ahead, 2 * n + n_next);
-        if (to_l2) fetch_upto<_MM_HINT_T1>(target);
-        else fetch_upto<_MM_HINT_T0>(target);
-    }
-};
-
-// q . k for R rows and KJ consecutive keys (rows of one block run), R * KJ <= 12 accumulators: each K chunk is
-// widened once for R rows and each q chunk loaded once for KJ keys. out[r * KJ + kj] = dot * scale.
-template <uint32_t DT, int R, int KJ>
-KVC_TARGET_AVX2 inline __attribute__((always_inline)) void dots(const float* const* q, const uint8_t* k,
-                                                                uint64_t row_bytes, uint32_t d, __m256 scale, float* out) {
-    static_assert(R * KJ <= 12, "12 accumulators");
-    constexpr int N = R * KJ;
-    __m256 acc[N]; // exactly N: a 16-wide array was zero-filled in memory (rep stos) wherever dots was not inlined
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
-    const uint32_t full = d / 8, tail = d % 8;
-    for (uint32_t c = 0; c < full; ++c) {
-        __m256 kv[KJ];
-        for (int kj = 0; kj < KJ; ++kj) kv[kj] = load8<DT>(k + kj * row_bytes + c * 8 * elem_bytes<DT>());
-        for (int r = 0; r < R; ++r) {
-            const __m256 qv = _mm256_loadu_ps(q[r] + 8 * c);
-            for (int kj = 0; kj < KJ; ++kj) acc[r * KJ + kj] = _mm256_fmadd_ps(qv, kv[kj], acc[r * KJ + kj]);
-        }
-    }
-    if (tail) { // q rows are zero-padded to a multiple of 8
-        __m256 kv[KJ];
-        for (int kj = 0; kj < KJ; ++kj) kv[kj] = load_tail<DT>(k + kj * row_bytes + full * 8 * elem_bytes<DT>(), tail);
-        for (int r = 0; r < R; ++r) {
-            const __m256 qv = _mm256_loadu_ps(q[r] + 8 * full);
-            for (int kj = 0; kj < KJ; ++kj) acc[r * KJ + kj] = _mm256_fmadd_ps(qv, kv[kj], acc[r * KJ + kj]);
-        }
-    }
-    __m256 lo[8], hi[8]; // the accumulators padded with zeros to 8 (or 16) for the fixed tree
-    for (int i = 0; i < 8; ++i) lo[i] = i < N ? acc[i] : _mm256_setzero_ps();
-    _mm256_storeu_ps(out, _mm256_mul_ps(reduce8(lo), scale));
-    if constexpr (N > 8) {
-        for (int i = 0; i < 8; ++i) hi[i] = 8 + i < N ? acc[8 + i] : _mm256_setzero_ps();
-        _mm256_storeu_ps(out + 8, _mm256_mul_ps(reduce8(hi), scale));
-    }
-}
-
-// Phase 1 for R rows over one block run: scores of keys j0 .. j0 + run - 1 into sc[r][j0 ..].
-template <uint32_t DT, int R>
-KVC_TARGET_AVX2 inline void score_run(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
-                                      uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
-    constexpr int KJ = R >= 5 ? 1 : 8 / R; // 8 accumulators (6 for 3 rows); measured faster than 12
-    alignas(32) float out[16];
-    uint32_t i = 0;
-    for (; i + KJ <= run; i += KJ) {
-        pf.upto(j0 + i + KJ); // a steady trickle, never a burst
-        dots<DT, R, KJ>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r)
-            for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
-    }
-    for (; i < run; ++i) { // the run's last keys, one at a time (the same arithmetic per dot product)
-        pf.upto(j0 + i + 1);
-        dots<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
-    }
-}
-
-// Phase 1 for R rows, KJ keys per register block, straight from the cache (no scratch).
-template <uint32_t DT, int R, int KJ>
-KVC_TARGET_AVX2 inline void score_run_kj(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
-                                         uint32_t d, __m256 scale, RowPrefetcher* pf, float (*sc)[kSplitKeys],
-                                         uint32_t j0) {
-    alignas(32) float out[16];
-    uint32_t i = 0;
-    for (; i + KJ <= run; i += KJ) {
-        if (pf) pf->upto(j0 + i + KJ);
-        dots<DT, R, KJ>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r)
-            for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
-    }
-    for (; i < run; ++i) {
-        if (pf) pf->upto(j0 + i + 1);
-        dots<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
-    }
-}
-
-// o[r] += sum over keys i < count of p[r][i] * v_i, for R rows that all see every one of these keys. Accumulators
-// stay in registers for CP chunks of 8 at a time while the keys stream by; per element the FMAs still run in key
-// order, exactly as the row-by-row path does.
-template <uint32_t DT, int R, int CP>
-KVC_TARGET_AVX2 inline void accumulate_pass(const uint8_t* v, uint64_t row_bytes, uint32_t count, const float* const* p,
-                                            SoftmaxState* st, uint32_t c0, RowPrefetcher* pf, uint32_t v0) {
-    __m256 acc[R][CP];
-    for (int r = 0; r < R; ++r)
-        for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm256_loadu_ps(st[r].o + c0 + 8 * cc);
-    for (uint32_t i = 0; i < count; ++i) {
-        if (pf) pf->upto(v0 + i + 1); // first pass only
-        const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
-        for (int cc = 0; cc < CP; ++cc) {
-            const __m256 vv = load8<DT>(row + 8 * cc * elem_bytes<DT>());
-            for (int r = 0; r < R; ++r) acc[r][cc] = _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + i), vv, acc[r][cc]);
-        }
-    }
-    for (int r = 0; r < R; ++r)
-        for (int cc = 0; cc < CP; ++cc) _mm256_storeu_ps(st[r].o + c0 + 8 * cc, acc[r][cc]);
-}
-
-template <uint32_t DT, int R, int CP>
-KVC_TARGET_AVX2 void accumulate_rows(const uint8_t* v, uint64_t row_bytes, uint32_t count, const float* const* p,
-                                     SoftmaxState* st, uint32_t d, RowPrefetcher* pf, uint32_t v0) {
-    const uint32_t full = d / 8;
-    uint32_t c = 0;
-    for (; c + CP <= full; c += CP, pf = nullptr) accumulate_pass<DT, R, CP>(v, row_bytes, count, p, st, 8 * c, pf, v0);
-    switch (full - c) { // the remaining chunks in one pass (CP - 1 at most)
-    case 0: break;
-    case 1: accumulate_pass<DT, R, 1>(v, row_bytes, count, p, st, 8 * c, pf, v0); pf = nullptr; break;
-    case 2: accumulate_pass<DT, R, (CP > 2 ? 2 : 1)>(v, row_bytes, count, p, st, 8 * c, pf, v0); pf = nullptr; break;
-    default:
-        for (; c < full; ++c, pf = nullptr) accumulate_pass<DT, R, 1>(v, row_bytes, count, p, st, 8 * c, pf, v0);
-    }
-    if (pf) pf->upto(v0 + count);
-    if (d % 8) { // the zero-padded tail chunk, key by key
-        for (uint32_t i = 0; i < count; ++i) {
-            const __m256 vv = load_tail<DT>(v + i * row_bytes + full * 8 * elem_bytes<DT>(), d % 8);
-            for (int r = 0; r < R; ++r)
-                _mm256_storeu_ps(st[r].o + 8 * full, _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + i), vv,
-                                                                     _mm256_loadu_ps(st[r].o + 8 * full)));
-        }
-    }
-}
-
-// Up to 4 rows at a time, 8 or 12 accumulators in registers; a tile of more rows is done in two halves (the second
-// half reads the run's V rows again, from L1).
-template <uint32_t DT, int R>
-KVC_TARGET_AVX2 void accumulate_all_live(const uint8_t* v, uint64_t row_bytes, uint32_t count, const float* const* p,
-                                         SoftmaxState* st, uint32_t d, RowPrefetcher* pf, uint32_t v0) {
-    if constexpr (R > 4) {
-        accumulate_all_live<DT, 4>(v, row_bytes, count, p, st, d, pf, v0);
-        accumulate_all_live<DT, R - 4>(v, row_bytes, count, p + 4, st + 4, d, nullptr, v0);
-    } else {
-        constexpr int CP = R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 4 : 2; // 8 or 12 accumulators (measured)
-        accumulate_rows<DT, R, CP>(v, row_bytes, count, p, st, d, pf, v0);
-    }
-}
-
-// ---- the group path (tiles of 4 or more rows in phase 1, 5 or more in phase 4) ----------------------------------
-// Measured on Zen 3 (docs/performance.md, 2026-12-01): a GQA tile of 8 rows spent half its time in phase 1, whose
-// 8 accumulators (8 rows x 1 key) left no slack over the FMA latency (16 dependent FMAs per key at d = 128), and
-// phase 4 widened every V row twice (once per half of the tile). The group path:
-//  - phase 1: blocks of 4 rows x 3 keys (12 accumulators, q folded into the FMAs as memory operands, 3 K chunks in
-//    registers), the tile's other rows after them over the same keys (from L1);
-//  - phase 4 (5 rows or more): a piece of at most kPieceKeys V rows is widened to f32 once into a scratch (16 KiB at
-//    most: it stays in L1), and one register block of all R rows x 1 chunk of 8 reads it: each chunk is loaded
-//    once for every row, where the direct path converted each V row once per half of the tile. Measured against
-//    4 rows x 2 or 3 chunks from the same scratch: 1.1x faster than 4 x 2, and 4 x 3 spills registers.
-// The bits are those of the direct path: widening is exact, and each dot product and each output element keeps its
-// own accumulator and the order of its operations; only which of them share a loop changes.
-constexpr uint32_t kPieceKeys = 16;
-
 std::atomic<bool> g_group_path{true};
 
-// rows [0, count) of a run -> dst[i * dq ..], the tail chunk zero-padded; prefetching trickles along (row v0 + i).
+// rows 0-3 in 4 x 3 blocks (with the prefetches), then rows 4 .. R-1 over the same keys, now in L1 (KJ so that
+// accumulators and K chunks fit the 16 registers).
+template <uint32_t DT, int R>
+KVC_TARGET_AVX2 void group_scores(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes, uint32_t d,
+                                  __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
+    static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
+    score_run_kj<DT, 4, 3>(q, kp, run, row_bytes, d, scale, &pf, sc, j0);
+    if constexpr (R > 4) {
+        constexpr int R2 = R - 4, KJ2 = R2 == 4 ? 3 : 8 / R2; // 12, or 8 (6 for 3 rows) as score_run
+        score_run_kj<DT, R2, KJ2>(q + 4, kp, run, row_bytes, d, scale, nullptr, sc + 4, j0);
+    }
+}
+
 template <uint32_t DT>
-KVC_TARGET_AVX2 inline void widen_piece(const uint8_t* src, uint64_t row_bytes, uint32_t count, uint32_t d,
-                                        uint32_t dq, float* dst, RowPrefetcher* pf, uint32_t v0) {
+KVC_TARGET_AVX2 void group_widen(const uint8_t* src, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t dq,
+                                 float* dst, RowPrefetcher* pf, uint32_t v0) {
     const uint32_t full = d / 8;
     for (uint32_t i = 0; i < count; ++i) {
         pf->upto(v0 + i + 1);
@@ -307,179 +41,21 @@ KVC_TARGET_AVX2 inline void widen_piece(const uint8_t* src, uint64_t row_bytes, 
     }
 }
 
-// Phase 1 of the group path for R >= 4 rows over one block run: rows 0-3 in 4 x 3 blocks (with the prefetches),
-// then rows 4 .. R-1 over the same keys, now in L1 (KJ so that accumulators and K chunks fit the 16 registers).
-template <uint32_t DT, int R>
-KVC_TARGET_AVX2 inline void score_run_group(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
-                                            uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys],
-                                            uint32_t j0) {
-    static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
-    score_run_kj<DT, 4, 3>(q, kp, run, row_bytes, d, scale, &pf, sc, j0);
-    if constexpr (R > 4) {
-        constexpr int R2 = R - 4, KJ2 = R2 == 4 ? 3 : 8 / R2; // 12, or 8 (6 for 3 rows) as score_run
-        score_run_kj<DT, R2, KJ2>(q + 4, kp, run, row_bytes, d, scale, nullptr, sc + 4, j0);
-    }
-}
-
-// The kernel for R rows of nh consecutive KV heads. Phases 1 and 4 walk the split block run by block run and, inside
-// each run, head by head: the heads of a block are contiguous, so a decode sweeps each block's K (then V) plane in
-// one pass instead of visiting the block once per head. Every head has its own prefetcher running ahead along the
-// block table, so together they fetch the next blocks' planes for every head at once.
-template <uint32_t DT, int R>
-KVC_TARGET_AVX2 void split_avx2(const SplitArgs& a, uint32_t nh, const RowTile* tiles, uint32_t k0, SoftmaxState* st) {
-    const kvc_kv_layout& L = *a.layout;
-    const RowTile& t = tiles[0]; // the limits are the same for every head
-    const uint32_t d = L.head_dim, dq = padded_dim(d), B = L.block_size;
-    uint32_t n[kTileRows] = {}; // visible keys of each row inside this split
-    uint32_t n_max = 0, n_min = kSplitKeys, limit_max = 0;
-    for (int r = 0; r < R; ++r) {
-        n[r] = t.limit[r] > k0 ? std::min(t.limit[r] - k0, kSplitKeys) : 0;
-        n_max = std::max(n_max, n[r]);
-        n_min = std::min(n_min, n[r]);
-        limit_max = std::max(limit_max, t.limit[r]);
-    }
-    alignas(32) float sc[kMaxCallRows][kSplitKeys]; // row r of head h is sc[h * R + r]
-    const __m256 scale = _mm256_set1_ps(a.scale);
-    const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
-    const WalkPlan walk = g_walk.load(std::memory_order_relaxed);
-    const uint32_t ahead = walk.prefetch_rows;
-    const uint32_t n_next =
-        next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, ahead)) : 0;
-    RowPrefetcher pf[kMaxCallRows];
-    for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead, walk.prefetch_to_l2};
-    // the group path: 4 x 3 score blocks from 4 rows on; V widened once where there is something to widen (f16,
-    // bf16) and more than one 4-row block to share it (for one block the scratch is pure overhead: measured)
-    constexpr bool kGroupScores = R >= 4, kWiden = DT != KVC_DTYPE_F32 && R > 4;
-    const bool group_path = (kGroupScores || kWiden) && g_group_path.load(std::memory_order_relaxed);
-    alignas(32) float wide[kWiden ? kPieceKeys * kMaxHeadDim : 8];
-    // keys per visit to a head (the walk, above); any length gives the same bits: every dot product is its own,
-    // and phase 4 reloads each output from its state, so the keys still reach each element in order
-    const uint32_t visit =
-        !kGroupScores && walk.interleave_heads ? std::max(ahead, 1u) : kSplitKeys;
-
-    // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run (visits of at most `visit`
-    // keys), heads inside
-    for (uint32_t j = 0; j < n_max;) {
-        const uint64_t pos = static_cast<uint64_t>(k0) + j;
-        const uint32_t slot = static_cast<uint32_t>(pos % B);
-        const uint32_t run = std::min({B - slot, n_max - j, visit});
-        const uint8_t* kp = kvc_kv_address(&L, a.table, pos, KVC_PLANE_K, a.kv_head, 0);
-        for (uint32_t h = 0; h < nh; ++h) {
-            if constexpr (kGroupScores) {
-                if (group_path) {
-                    score_run_group<DT, R>(tiles[h].q, kp + h * L.head_bytes, run, L.row_bytes, d, scale, pf[h],
-                                           sc + h * R, j);
-                    continue;
-                }
-            }
-            score_run<DT, R>(tiles[h].q, kp + h * L.head_bytes, run, L.row_bytes, d, scale, pf[h], sc + h * R, j);
-        }
-        j += run;
-    }
-
-    // phase 2: the maximum of each row; phase 3: p = exp(s - m) in place, and l = sum p in 8 lanes
-    for (uint32_t h = 0; h < nh; ++h)
-        for (int r = 0; r < R; ++r) {
-            SoftmaxState& s = st[h * kTileRows + r];
-            for (uint32_t c = 0; c < dq; c += 8) _mm256_storeu_ps(s.o + c, _mm256_setzero_ps());
-            s.m = -INFINITY;
-            s.l = 0.0f;
-            const uint32_t nr = n[r];
-            if (nr == 0) continue; // empty split for this row: the empty state
-            float* row = sc[h * R + r];
-            __m256 vmax = _mm256_set1_ps(-INFINITY);
-            uint32_t j = 0;
-            for (; j + 8 <= nr; j += 8) vmax = _mm256_max_ps(vmax, _mm256_load_ps(row + j));
-            alignas(32) float lanes[8];
-            _mm256_store_ps(lanes, vmax);
-            float m = lanes[0];
-            for (int i = 1; i < 8; ++i) m = std::max(m, lanes[i]);
-            for (; j < nr; ++j) m = std::max(m, row[j]);
-            for (j = nr; j % 8 != 0; ++j) row[j] = -INFINITY; // pad the last chunk: its exp is exactly 0
-            const __m256 vm = _mm256_set1_ps(m);
-            __m256 acc[8] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                             _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (j = 0; j < nr; j += 8) {
-                const __m256 p = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(row + j), vm));
-                _mm256_store_ps(row + j, p);
-                acc[0] = _mm256_add_ps(acc[0], p);
-            }
-            _mm256_store_ps(lanes, reduce8(acc));
-            s.m = m;
-            s.l = lanes[0];
-        }
-
-    // phase 4: o = sum_j p_j v_j. Keys every row sees go through register accumulators; the few keys past some
-    // row's causal limit (the end of a prefill tile) go key by key, skipping the rows that do not see them.
-    for (uint32_t j = 0; j < n_max;) {
-        const uint64_t pos = static_cast<uint64_t>(k0) + j;
-        const uint32_t slot = static_cast<uint32_t>(pos % B);
-        const uint32_t run = std::min({B - slot, n_max - j, visit});
-        const uint8_t* vp0 = kvc_kv_address(&L, a.table, pos, KVC_PLANE_V, a.kv_head, 0);
-        const uint32_t all_live = j < n_min ? std::min(run, n_min - j) : 0;
-        for (uint32_t h = 0; h < nh; ++h) {
-            const uint8_t* vp = vp0 + h * L.head_bytes;
-            SoftmaxState* sh = st + h * kTileRows;
-            const float (*sch)[kSplitKeys] = sc + h * R;
-            if (all_live > 0) {
-                const float* p[R];
-                for (int r = 0; r < R; ++r) p[r] = sch[r] + j;
-                bool done = false;
-                if constexpr (kWiden) {
-                    if (group_path) { // piece by piece, so the keys still go through each element in order
-                        for (uint32_t i = 0; i < all_live; i += kPieceKeys) {
-                            const uint32_t cnt = std::min(kPieceKeys, all_live - i);
-                            widen_piece<DT>(vp + i * L.row_bytes, L.row_bytes, cnt, d, dq, wide, &pf[h],
-                                            n_max + j + i);
-                            const float* pi[R];
-                            for (int r = 0; r < R; ++r) pi[r] = p[r] + i;
-                            // all R rows x 1 chunk of 8: each widened chunk is loaded once for every row
-                            accumulate_rows<KVC_DTYPE_F32, R, 1>(reinterpret_cast<const uint8_t*>(wide),
-                                                                 uint64_t(dq) * sizeof(float), cnt, pi, sh, d,
-                                                                 nullptr, 0);
-                        }
-                        done = true;
-                    }
-                }
-                if (!done) accumulate_all_live<DT, R>(vp, L.row_bytes, all_live, p, sh, d, &pf[h], n_max + j);
-            }
-            for (uint32_t i = all_live; i < run; ++i) {
-                const uint32_t jj = j + i;
-                pf[h].upto(n_max + jj + 1);
-                const uint8_t* v = vp + i * L.row_bytes;
-                for (uint32_t c = 0; c < d; c += 8) {
-                    const __m256 vv = c + 8 <= d ? load8<DT>(v + c * elem_bytes<DT>()) : load_tail<DT>(v + c * elem_bytes<DT>(), d - c);
-                    for (int r = 0; r < R; ++r)
-                        if (jj < n[r])
-                            _mm256_storeu_ps(sh[r].o + c, _mm256_fmadd_ps(_mm256_set1_ps(sch[r][jj]), vv, _mm256_loadu_ps(sh[r].o + c)));
-                }
-            }
-        }
-        j += run;
-    }
-}
-
-template <uint32_t DT>
-KVC_TARGET_AVX2 void split_avx2_any(const SplitArgs& a, uint32_t nh, const RowTile* t, uint32_t k0, SoftmaxState* st) {
-    switch (t[0].n) {
-    case 1: return split_avx2<DT, 1>(a, nh, t, k0, st);
-    case 2: return split_avx2<DT, 2>(a, nh, t, k0, st);
-    case 3: return split_avx2<DT, 3>(a, nh, t, k0, st);
-    case 4: return split_avx2<DT, 4>(a, nh, t, k0, st);
-    case 5: return split_avx2<DT, 5>(a, nh, t, k0, st);
-    case 6: return split_avx2<DT, 6>(a, nh, t, k0, st);
-    case 7: return split_avx2<DT, 7>(a, nh, t, k0, st);
-    default: return split_avx2<DT, 8>(a, nh, t, k0, st);
-    }
+// all R rows x 1 chunk of 8: each widened chunk is loaded once for every row
+template <int R>
+KVC_TARGET_AVX2 void group_accumulate(const float* wide, uint32_t dq, uint32_t count, const float* const* p,
+                                      SoftmaxState* st, uint32_t d) {
+    accumulate_rows<KVC_DTYPE_F32, R, 1>(reinterpret_cast<const uint8_t*>(wide), uint64_t(dq) * sizeof(float), count,
+                                         p, st, d, nullptr, 0);
 }
 
 } // namespace
 
 SplitKernel split_kernel_avx2(uint32_t dtype) {
     switch (dtype) {
-    case KVC_DTYPE_F16: return split_avx2_any<KVC_DTYPE_F16>;
-    case KVC_DTYPE_BF16: return split_avx2_any<KVC_DTYPE_BF16>;
-    default: return split_avx2_any<KVC_DTYPE_F32>;
+    case KVC_DTYPE_F16: return split_x86_any<KVC_DTYPE_F16>;
+    case KVC_DTYPE_BF16: return split_x86_any<KVC_DTYPE_BF16>;
+    default: return split_x86_any<KVC_DTYPE_F32>;
     }
 }
 
@@ -490,7 +66,8 @@ void set_avx2_group_path(bool on) { g_group_path.store(on, std::memory_order_rel
 bool avx2_group_path() { return g_group_path.load(std::memory_order_relaxed); }
 
 SplitKernel split_kernel(uint32_t dtype, bool simd) {
-    return simd && cpu_has_avx2_f16c() ? split_kernel_avx2(dtype) : split_kernel_scalar(dtype);
+    if (!simd || !cpu_has_avx2_f16c()) return split_kernel_scalar(dtype);
+    return cpu_has_avx512() ? split_kernel_avx512(dtype) : split_kernel_avx2(dtype);
 }
 
 } // namespace kvc::opt

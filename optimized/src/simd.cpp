@@ -36,6 +36,23 @@ bool cpu_has_avx2_f16c() {
 #endif
 }
 
-const char* kernel_isa(bool simd_allowed) { return simd_allowed && cpu_has_avx2_f16c() ? "AVX2+FMA+F16C" : "portable"; }
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool yes = [] {
+        __builtin_cpu_init();
+        // the builtin checks the OS side too (XGETBV: opmask and ZMM state saved)
+        return cpu_has_avx2_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+    }();
+    return yes;
+#else
+    return false;
+#endif
+}
+
+const char* kernel_isa(bool simd_allowed) {
+    if (!simd_allowed || !cpu_has_avx2_f16c()) return "portable";
+    return cpu_has_avx512() ? "AVX-512+AVX2+FMA+F16C" : "AVX2+FMA+F16C";
+}
 
 } // namespace kvc::opt

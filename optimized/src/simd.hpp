@@ -7,11 +7,18 @@ namespace kvc::opt {
 // True when the CPU executes AVX2, FMA and F16C (the only extensions our SIMD kernels use).
 bool cpu_has_avx2_f16c();
 
-// The instruction set the engine's kernels use here: "AVX2+FMA+F16C" or "portable" (benchmarks print it).
+// True when the CPU (and the OS: ZMM state saved) executes AVX-512 F, DQ, VL and BW besides AVX2/FMA/F16C: the AVX-512
+// split kernel uses them.
+bool cpu_has_avx512();
+
+// The instruction set the engine's kernels use here: "AVX-512+AVX2+FMA+F16C", "AVX2+FMA+F16C" or "portable"
+// (benchmarks print it).
 const char* kernel_isa(bool simd_allowed = true);
 
 // The attribute that compiles one function for AVX2/FMA/F16C while the rest of its file stays portable. Only
 // functions reached after cpu_has_avx2_f16c() said yes may carry it.
 #define KVC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+// The same for AVX-512 (F, DQ, VL, BW, with AVX2/FMA/F16C): only behind cpu_has_avx512().
+#define KVC_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512dq,avx512vl,avx512bw")))
 
 } // namespace kvc::opt

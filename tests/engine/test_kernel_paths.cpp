@@ -3,7 +3,8 @@
 // it prefetches, how many keys it reads per visit to a head): the engine's determinism contract does not say which
 // path or walk ran, and the benchmark's A/Bs compare their speed assuming equal results. Random shapes (dtype, rows, heads
 // per call, block size, head_dim, causal limits, split), seed printed; each path is also checked against the
-// portable kernel within a loose bound, so a path that computes garbage identically in both would still fail.
+// portable kernel within a loose bound, so a path that computes garbage identically in both would still fail. The
+// AVX-512 kernel must give the AVX2 kernel's bits too.
 #include "engine_test_util.hpp"
 
 #include "attention_kernel.hpp"
@@ -175,6 +176,27 @@ TEST(KernelPaths, EveryWalkGivesTheSameBits) {
         if (kc.n < 4 && kc.block > 3) ++cases_with_short_visits;
     }
     EXPECT_GT(cases_with_short_visits, 40) << "the random shapes must cut runs into several visits";
+}
+
+// The AVX-512 kernel (its 512-bit group path for tiles of 4+ rows; the AVX2 kernel for smaller tiles) must give the
+// AVX2 kernel's bits: a machine's results must not depend on which of the two it runs.
+TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
+    if (!opt::cpu_has_avx512())
+        GTEST_SKIP() << "this CPU has no AVX-512 F/DQ/VL/BW: the AVX-512 kernel cannot run here";
+    Rng rng(test_seed(20261203));
+    int cases_widened = 0;
+    for (int c = 0; c < 300; ++c) {
+        const KernelCase kc(rng);
+        const std::vector<float> wide = kc.run(opt::split_kernel_avx512(kc.dtype));
+        const std::vector<float> avx2 = kc.run(opt::split_kernel_avx2(kc.dtype));
+        ASSERT_EQ(wide.size(), avx2.size());
+        for (size_t i = 0; i < wide.size(); ++i)
+            ASSERT_EQ(0, std::memcmp(&wide[i], &avx2[i], sizeof(float)))
+                << "case " << c << ", value " << i << " (AVX-512 " << wide[i] << ", AVX2 " << avx2[i]
+                << "): " << kc.describe();
+        if (kc.n > 4 && kc.dtype != KVC_DTYPE_F32) ++cases_widened;
+    }
+    EXPECT_GT(cases_widened, 50) << "the random shapes must exercise the widened V path (f16/bf16, 5+ rows)";
 }
 
 } // namespace

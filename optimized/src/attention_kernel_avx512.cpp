@@ -1,0 +1,205 @@
+// The AVX-512 split kernel: the x86 kernel body (attention_kernel_x86.hpp) compiled for AVX-512 F/DQ/VL/BW, with the
+// group path's inner loops (tiles of 4+ rows: GQA groups, prefill) in 512-bit registers. Tiles of 1-3 rows (MHA
+// decode) run the AVX2 kernel unchanged: they wait on memory, not on arithmetic.
+//
+// Why: the group path is bound by FMA throughput (docs/performance.md, "GQA 8:1, the arithmetic bound"), and cores
+// with two full-width 512-bit FMA units (Intel Xeon here) do twice the lane-FMAs per cycle in zmm registers.
+//
+// Same bits as the AVX2 kernel, by construction, so the engine's results do not depend on which one a machine runs:
+//  - scores: one zmm holds the 8-lane accumulators of two keys (key a in lanes 0-7, key b in 8-15) for one query
+//    row, and every lane sees the same FMAs in the same order as the AVX2 kernel's accumulator of that key; the two
+//    halves then go through the same 8-lane tree (reduce8).
+//  - V: one zmm holds 16 consecutive output elements, each accumulating its keys in key order, as in AVX2.
+//  - widening is exact in any width.
+// engine.KernelPaths.Avx512MatchesAvx2Bitwise checks it on random shapes.
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 intrinsics build their "undefined" operands as `__m512 __Y = __Y;` (_mm512_undefined_ps), which
+// -Wmaybe-uninitialized reports wherever they are inlined: a false positive inside the compiler's own headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include "simd.hpp"
+#define KVC_KERNEL_TARGET KVC_TARGET_AVX512
+#include "attention_kernel_x86.hpp"
+
+#include <atomic>
+
+namespace kvc::opt {
+namespace {
+
+std::atomic<bool> g_avx512_group{true};
+
+// Chunk c of two keys -> one zmm: 8 elements of key a in lanes 0-7, 8 of key b in lanes 8-15.
+template <uint32_t DT>
+KVC_TARGET_AVX512 inline __m512 load8x2(const uint8_t* a, const uint8_t* b) {
+    if constexpr (DT == KVC_DTYPE_F32) {
+        return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a))),
+                                  _mm256_loadu_ps(reinterpret_cast<const float*>(b)), 1);
+    } else {
+        const __m256i h = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+        if constexpr (DT == KVC_DTYPE_F16) return _mm512_cvtph_ps(h);
+        else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+}
+
+// 16 consecutive cached elements -> 16 floats.
+template <uint32_t DT>
+KVC_TARGET_AVX512 inline __m512 load16(const uint8_t* p) {
+    if constexpr (DT == KVC_DTYPE_F32) {
+        return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+    } else {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        if constexpr (DT == KVC_DTYPE_F16) return _mm512_cvtph_ps(h);
+        else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+}
+
+// q . k for R rows and 2 * KP consecutive keys, R * KP zmm accumulators (two keys each).
+// out[r * 2KP + kj] = dot * scale, exactly as dots<DT, R, 2KP> of the AVX2 kernel would give.
+template <uint32_t DT, int R, int KP>
+KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float* const* q, const uint8_t* k,
+                                                                     uint64_t row_bytes, uint32_t d, __m256 scale,
+                                                                     float* out) {
+    static_assert(R * KP + KP + 1 <= 32, "accumulators, K chunks and one q chunk fit the 32 registers");
+    __m512 acc[R * KP];
+    for (int i = 0; i < R * KP; ++i) acc[i] = _mm512_setzero_ps();
+    const uint32_t full = d / 8, tail = d % 8;
+    constexpr uint32_t eb = elem_bytes<DT>();
+    for (uint32_t c = 0; c < full; ++c) {
+        __m512 kv[KP];
+        for (int p = 0; p < KP; ++p)
+            kv[p] = load8x2<DT>(k + (2 * p) * row_bytes + c * 8 * eb, k + (2 * p + 1) * row_bytes + c * 8 * eb);
+        for (int r = 0; r < R; ++r) {
+            const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[r] + 8 * c));
+            for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
+        }
+    }
+    if (tail) { // q rows are zero-padded to a multiple of 8
+        __m512 kv[KP];
+        for (int p = 0; p < KP; ++p)
+            kv[p] = _mm512_insertf32x8(
+                _mm512_castps256_ps512(load_tail<DT>(k + (2 * p) * row_bytes + full * 8 * eb, tail)),
+                load_tail<DT>(k + (2 * p + 1) * row_bytes + full * 8 * eb, tail), 1);
+        for (int r = 0; r < R; ++r) {
+            const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[r] + 8 * full));
+            for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
+        }
+    }
+    // each (row, key) accumulator through the same 8-lane tree, eight at a time (the lanes never mix)
+    constexpr int N = R * 2 * KP;
+    __m256 halves[N + 8];
+    for (int r = 0; r < R; ++r)
+        for (int p = 0; p < KP; ++p) {
+            halves[r * 2 * KP + 2 * p] = _mm512_castps512_ps256(acc[r * KP + p]);
+            halves[r * 2 * KP + 2 * p + 1] = _mm512_extractf32x8_ps(acc[r * KP + p], 1);
+        }
+    for (int i = N; i < N + 8; ++i) halves[i] = _mm256_setzero_ps();
+    for (int i = 0; i < N; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(reduce8(halves + i), scale));
+}
+
+// Phase 1 of the group path: all R rows at once, 6 keys per register block (R x 3 zmm accumulators), then pairs,
+// then a last single key through the AVX2 kernel's own dots.
+template <uint32_t DT, int R>
+KVC_TARGET_AVX512 void group_scores(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
+                                    uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
+    static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
+    constexpr int KP = 3, KJ = 2 * KP;
+    alignas(32) float out[R * KJ + 8];
+    uint32_t i = 0;
+    for (; i + KJ <= run; i += KJ) {
+        pf.upto(j0 + i + KJ);
+        dots_x2<DT, R, KP>(q, kp + i * row_bytes, row_bytes, d, scale, out);
+        for (int r = 0; r < R; ++r)
+            for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
+    }
+    for (; i + 2 <= run; i += 2) {
+        pf.upto(j0 + i + 2);
+        dots_x2<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
+        for (int r = 0; r < R; ++r)
+            for (int kj = 0; kj < 2; ++kj) sc[r][j0 + i + kj] = out[r * 2 + kj];
+    }
+    if (i < run) {
+        pf.upto(j0 + i + 1);
+        dots<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
+        for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
+    }
+}
+
+template <uint32_t DT>
+KVC_TARGET_AVX512 void group_widen(const uint8_t* src, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t dq,
+                                   float* dst, RowPrefetcher* pf, uint32_t v0) {
+    constexpr uint32_t eb = elem_bytes<DT>();
+    const uint32_t full16 = d / 16, full8 = d / 8;
+    for (uint32_t i = 0; i < count; ++i) {
+        pf->upto(v0 + i + 1);
+        const uint8_t* row = src + i * row_bytes;
+        float* out = dst + size_t(i) * dq;
+        for (uint32_t c = 0; c < full16; ++c) _mm512_storeu_ps(out + 16 * c, load16<DT>(row + 16 * c * eb));
+        if (full8 > 2 * full16) _mm256_storeu_ps(out + 16 * full16, load8<DT>(row + 16 * full16 * eb));
+        if (d % 8) _mm256_storeu_ps(out + 8 * full8, load_tail<DT>(row + 8 * full8 * eb, d % 8));
+    }
+}
+
+// o[r][c0 .. c0 + 16 CP) += p[r][i] * wide_i[...] for keys i in order, R x CP zmm accumulators.
+template <int R, int CP>
+KVC_TARGET_AVX512 inline void accumulate_pass16(const float* wide, uint32_t dq, uint32_t count, const float* const* p,
+                                                SoftmaxState* st, uint32_t c0) {
+    __m512 acc[R][CP];
+    for (int r = 0; r < R; ++r)
+        for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_loadu_ps(st[r].o + c0 + 16 * cc);
+    for (uint32_t i = 0; i < count; ++i) {
+        const float* row = wide + size_t(i) * dq + c0;
+        __m512 vv[CP];
+        for (int cc = 0; cc < CP; ++cc) vv[cc] = _mm512_loadu_ps(row + 16 * cc);
+        for (int r = 0; r < R; ++r) {
+            const __m512 pr = _mm512_set1_ps(p[r][i]);
+            for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_fmadd_ps(pr, vv[cc], acc[r][cc]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int cc = 0; cc < CP; ++cc) _mm512_storeu_ps(st[r].o + c0 + 16 * cc, acc[r][cc]);
+}
+
+// Covers the whole padded row (dq elements): the scratch's tail chunk is zero-padded, so lanes below head_dim get
+// exactly the AVX2 kernel's FMAs, and lanes past it stay 0 there as here.
+template <int R>
+KVC_TARGET_AVX512 void group_accumulate(const float* wide, uint32_t dq, uint32_t count, const float* const* p,
+                                        SoftmaxState* st, uint32_t /*d*/) {
+    const uint32_t n16 = dq / 16;
+    uint32_t c = 0;
+    for (; c + 2 <= n16; c += 2) accumulate_pass16<R, 2>(wide, dq, count, p, st, 16 * c);
+    if (c < n16) accumulate_pass16<R, 1>(wide, dq, count, p, st, 16 * c);
+    if (dq % 16) // the last chunk of 8, in 256-bit registers
+        accumulate_pass<KVC_DTYPE_F32, R, 1>(reinterpret_cast<const uint8_t*>(wide), uint64_t(dq) * sizeof(float),
+                                             count, p, st, dq - 8, nullptr, 0);
+}
+
+template <uint32_t DT>
+KVC_TARGET_AVX512 void split_avx512_any(const SplitArgs& a, uint32_t nh, const RowTile* t, uint32_t k0,
+                                        SoftmaxState* st) {
+    if (t[0].n < 4 || !g_avx512_group.load(std::memory_order_relaxed))
+        return split_kernel_avx2(DT)(a, nh, t, k0, st);
+    switch (t[0].n) {
+    case 4: return split_x86<DT, 4>(a, nh, t, k0, st);
+    case 5: return split_x86<DT, 5>(a, nh, t, k0, st);
+    case 6: return split_x86<DT, 6>(a, nh, t, k0, st);
+    case 7: return split_x86<DT, 7>(a, nh, t, k0, st);
+    default: return split_x86<DT, 8>(a, nh, t, k0, st);
+    }
+}
+
+} // namespace
+
+SplitKernel split_kernel_avx512(uint32_t dtype) {
+    switch (dtype) {
+    case KVC_DTYPE_F16: return split_avx512_any<KVC_DTYPE_F16>;
+    case KVC_DTYPE_BF16: return split_avx512_any<KVC_DTYPE_BF16>;
+    default: return split_avx512_any<KVC_DTYPE_F32>;
+    }
+}
+
+void set_avx512_group_path(bool on) { g_avx512_group.store(on, std::memory_order_relaxed); }
+bool avx512_group_path() { return g_avx512_group.load(std::memory_order_relaxed); }
+
+} // namespace kvc::opt
