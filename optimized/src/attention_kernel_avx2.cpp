@@ -28,23 +28,19 @@ KVC_TARGET_AVX2 void group_scores(const float* const* q, const uint8_t* kp, uint
     }
 }
 
-template <uint32_t DT>
-KVC_TARGET_AVX2 void group_widen(const uint8_t* src, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t dq,
-                                 float* dst, RowPrefetcher* pf, uint32_t v0) {
+// A piece of V rows widened to f32 once into the scratch, then all R rows x 1 chunk of 8 read it: each widened chunk
+// is loaded once for every row.
+template <uint32_t DT, int R>
+KVC_TARGET_AVX2 void group_values(const uint8_t* v, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t dq,
+                                  float* wide, const float* const* p, SoftmaxState* st, RowPrefetcher* pf, uint32_t v0) {
     const uint32_t full = d / 8;
     for (uint32_t i = 0; i < count; ++i) {
         pf->upto(v0 + i + 1);
-        const uint8_t* row = src + i * row_bytes;
-        float* out = dst + size_t(i) * dq;
+        const uint8_t* row = v + i * row_bytes;
+        float* out = wide + size_t(i) * dq;
         for (uint32_t c = 0; c < full; ++c) _mm256_store_ps(out + 8 * c, load8<DT>(row + 8 * c * elem_bytes<DT>()));
         if (d % 8) _mm256_store_ps(out + 8 * full, load_tail<DT>(row + 8 * full * elem_bytes<DT>(), d % 8));
     }
-}
-
-// all R rows x 1 chunk of 8: each widened chunk is loaded once for every row
-template <int R>
-KVC_TARGET_AVX2 void group_accumulate(const float* wide, uint32_t dq, uint32_t count, const float* const* p,
-                                      SoftmaxState* st, uint32_t d) {
     accumulate_rows<KVC_DTYPE_F32, R, 1>(reinterpret_cast<const uint8_t*>(wide), uint64_t(dq) * sizeof(float), count,
                                          p, st, d, nullptr, 0);
 }

@@ -55,13 +55,32 @@ KVC_TARGET_AVX512 inline __m512 load16(const uint8_t* p) {
     }
 }
 
-// q . k for R rows and 2 * KP consecutive keys, R * KP zmm accumulators (two keys each).
-// out[r * 2KP + kj] = dot * scale, exactly as dots<DT, R, 2KP> of the AVX2 kernel would give.
+// vhaddps within each 256-bit half: [a1+a0, a3+a2, b1+b0, b3+b2] per 128-bit lane, the same sums in the same order.
+KVC_TARGET_AVX512 inline __m512 hadd_halves(__m512 a, __m512 b) {
+    const __m512 even = _mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 odd = _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    return _mm512_add_ps(odd, even);
+}
+
+// reduce8 on both 256-bit halves of 8 zmm at once: z[j] = [a_j | b_j] -> [A0..A3, B0..B3, A4..A7, B4..B7], where
+// A_j (B_j) is the sum of the 8 lanes of a_j (b_j) through reduce8's tree ((0+1)+(2+3))+((4+5)+(6+7)).
+KVC_TARGET_AVX512 inline __m512 reduce8_halves(const __m512* z) {
+    const __m512 t0 = hadd_halves(z[0], z[1]), t1 = hadd_halves(z[2], z[3]);
+    const __m512 t2 = hadd_halves(z[4], z[5]), t3 = hadd_halves(z[6], z[7]);
+    const __m512 u0 = hadd_halves(t0, t1), u1 = hadd_halves(t2, t3);
+    // reduce8's last step adds the low and the high 128 bits of each half: lanes L0 + L1 (a) and L2 + L3 (b)
+    return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// q . k for R rows and 2 * KP consecutive keys, R * KP zmm accumulators (two keys each), each dot product exactly as
+// dots<DT, R, 2KP> of the AVX2 kernel computes it. red[p] holds the scores of keys 2p and 2p + 1, scaled, in
+// reduce8_halves' order: row r's score of key 2p + h is red[p][(r / 4) * 8 + h * 4 + r % 4].
 template <uint32_t DT, int R, int KP>
 KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float* const* q, const uint8_t* k,
-                                                                     uint64_t row_bytes, uint32_t d, __m256 scale,
-                                                                     float* out) {
-    static_assert(R * KP + KP + 1 <= 32, "accumulators, K chunks and one q chunk fit the 32 registers");
+                                                                     uint64_t row_bytes, uint32_t d, __m512 scale,
+                                                                     float (*red)[16]) {
+    static_assert(R <= 8 && R * KP + KP + 1 <= 32, "accumulators, K chunks and one q chunk fit the 32 registers");
     __m512 acc[R * KP];
     for (int i = 0; i < R * KP; ++i) acc[i] = _mm512_setzero_ps();
     const uint32_t full = d / 8, tail = d % 8;
@@ -86,72 +105,62 @@ KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float
             for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
         }
     }
-    // each (row, key) accumulator through the same 8-lane tree, eight at a time (the lanes never mix)
-    constexpr int N = R * 2 * KP;
-    __m256 halves[N + 8];
-    for (int r = 0; r < R; ++r)
-        for (int p = 0; p < KP; ++p) {
-            halves[r * 2 * KP + 2 * p] = _mm512_castps512_ps256(acc[r * KP + p]);
-            halves[r * 2 * KP + 2 * p + 1] = _mm512_extractf32x8_ps(acc[r * KP + p], 1);
-        }
-    for (int i = N; i < N + 8; ++i) halves[i] = _mm256_setzero_ps();
-    for (int i = 0; i < N; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(reduce8(halves + i), scale));
+    for (int p = 0; p < KP; ++p) { // the rows of one key pair through the tree together (the lanes never mix)
+        __m512 z[8];
+        for (int r = 0; r < 8; ++r) z[r] = r < R ? acc[r * KP + p] : _mm512_setzero_ps();
+        _mm512_store_ps(red[p], _mm512_mul_ps(reduce8_halves(z), scale));
+    }
 }
 
-// Phase 1 of the group path: all R rows at once, 6 keys per register block (R x 3 zmm accumulators), then pairs,
-// then a last single key through the AVX2 kernel's own dots.
+// Phase 1 of the group path: all R rows at once, 4 keys per register block for 6-8 rows (R x 2 zmm accumulators;
+// 3 x 8 spills them to the stack), 6 for 4-5 rows, then pairs, then a last single key through the AVX2 kernel's dots.
 template <uint32_t DT, int R>
 KVC_TARGET_AVX512 void group_scores(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
                                     uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
-    constexpr int KP = 3, KJ = 2 * KP;
-    alignas(32) float out[R * KJ + 8];
+    constexpr int KP = R > 5 ? 2 : 3, KJ = 2 * KP;
+    const __m512 scale2 = _mm512_broadcast_f32x8(scale);
+    alignas(64) float red[KP][16];
     uint32_t i = 0;
     for (; i + KJ <= run; i += KJ) {
         pf.upto(j0 + i + KJ);
-        dots_x2<DT, R, KP>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r)
-            for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
+        dots_x2<DT, R, KP>(q, kp + i * row_bytes, row_bytes, d, scale2, red);
+        for (int p = 0; p < KP; ++p)
+            for (int r = 0; r < R; ++r) {
+                sc[r][j0 + i + 2 * p] = red[p][(r / 4) * 8 + r % 4];
+                sc[r][j0 + i + 2 * p + 1] = red[p][(r / 4) * 8 + 4 + r % 4];
+            }
     }
     for (; i + 2 <= run; i += 2) {
         pf.upto(j0 + i + 2);
-        dots_x2<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r)
-            for (int kj = 0; kj < 2; ++kj) sc[r][j0 + i + kj] = out[r * 2 + kj];
+        dots_x2<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale2, red);
+        for (int r = 0; r < R; ++r) {
+            sc[r][j0 + i] = red[0][(r / 4) * 8 + r % 4];
+            sc[r][j0 + i + 1] = red[0][(r / 4) * 8 + 4 + r % 4];
+        }
     }
     if (i < run) {
+        alignas(32) float out[16];
         pf.upto(j0 + i + 1);
         dots<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
         for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
     }
 }
 
-template <uint32_t DT>
-KVC_TARGET_AVX512 void group_widen(const uint8_t* src, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t dq,
-                                   float* dst, RowPrefetcher* pf, uint32_t v0) {
-    constexpr uint32_t eb = elem_bytes<DT>();
-    const uint32_t full16 = d / 16, full8 = d / 8;
-    for (uint32_t i = 0; i < count; ++i) {
-        pf->upto(v0 + i + 1);
-        const uint8_t* row = src + i * row_bytes;
-        float* out = dst + size_t(i) * dq;
-        for (uint32_t c = 0; c < full16; ++c) _mm512_storeu_ps(out + 16 * c, load16<DT>(row + 16 * c * eb));
-        if (full8 > 2 * full16) _mm256_storeu_ps(out + 16 * full16, load8<DT>(row + 16 * full16 * eb));
-        if (d % 8) _mm256_storeu_ps(out + 8 * full8, load_tail<DT>(row + 8 * full8 * eb, d % 8));
-    }
-}
-
-// o[r][c0 .. c0 + 16 CP) += p[r][i] * wide_i[...] for keys i in order, R x CP zmm accumulators.
-template <int R, int CP>
-KVC_TARGET_AVX512 inline void accumulate_pass16(const float* wide, uint32_t dq, uint32_t count, const float* const* p,
-                                                SoftmaxState* st, uint32_t c0) {
+// o[r][c0 .. c0 + 16 CP) += p[r][i] * v_i[...] for keys i in order, straight from the cached rows, R x CP zmm
+// accumulators; the first pass also trickles the prefetcher along.
+template <uint32_t DT, int R, int CP>
+KVC_TARGET_AVX512 inline void accumulate_pass16(const uint8_t* v, uint64_t row_bytes, uint32_t count,
+                                                const float* const* p, SoftmaxState* st, uint32_t c0, RowPrefetcher* pf,
+                                                uint32_t v0) {
     __m512 acc[R][CP];
     for (int r = 0; r < R; ++r)
         for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_loadu_ps(st[r].o + c0 + 16 * cc);
     for (uint32_t i = 0; i < count; ++i) {
-        const float* row = wide + size_t(i) * dq + c0;
+        if (pf) pf->upto(v0 + i + 1);
+        const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
         __m512 vv[CP];
-        for (int cc = 0; cc < CP; ++cc) vv[cc] = _mm512_loadu_ps(row + 16 * cc);
+        for (int cc = 0; cc < CP; ++cc) vv[cc] = load16<DT>(row + 16 * cc * elem_bytes<DT>());
         for (int r = 0; r < R; ++r) {
             const __m512 pr = _mm512_set1_ps(p[r][i]);
             for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_fmadd_ps(pr, vv[cc], acc[r][cc]);
@@ -161,18 +170,33 @@ KVC_TARGET_AVX512 inline void accumulate_pass16(const float* wide, uint32_t dq, 
         for (int cc = 0; cc < CP; ++cc) _mm512_storeu_ps(st[r].o + c0 + 16 * cc, acc[r][cc]);
 }
 
-// Covers the whole padded row (dq elements): the scratch's tail chunk is zero-padded, so lanes below head_dim get
-// exactly the AVX2 kernel's FMAs, and lanes past it stay 0 there as here.
-template <int R>
-KVC_TARGET_AVX512 void group_accumulate(const float* wide, uint32_t dq, uint32_t count, const float* const* p,
-                                        SoftmaxState* st, uint32_t /*d*/) {
-    const uint32_t n16 = dq / 16;
+// Straight from the cache, 32 then 16 elements at a time, then a chunk of 8 in 256-bit registers and the last d % 8
+// key by key (never reading past a row, which may end a slab): each element's FMAs in key order, as in AVX2.
+template <uint32_t DT, int R>
+KVC_TARGET_AVX512 void group_values(const uint8_t* v, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t /*dq*/,
+                                    float* /*wide*/, const float* const* p, SoftmaxState* st, RowPrefetcher* pf,
+                                    uint32_t v0) {
+    const uint32_t n16 = d / 16;
     uint32_t c = 0;
-    for (; c + 2 <= n16; c += 2) accumulate_pass16<R, 2>(wide, dq, count, p, st, 16 * c);
-    if (c < n16) accumulate_pass16<R, 1>(wide, dq, count, p, st, 16 * c);
-    if (dq % 16) // the last chunk of 8, in 256-bit registers
-        accumulate_pass<KVC_DTYPE_F32, R, 1>(reinterpret_cast<const uint8_t*>(wide), uint64_t(dq) * sizeof(float),
-                                             count, p, st, dq - 8, nullptr, 0);
+    for (; c + 2 <= n16; c += 2, pf = nullptr) accumulate_pass16<DT, R, 2>(v, row_bytes, count, p, st, 16 * c, pf, v0);
+    if (c < n16) {
+        accumulate_pass16<DT, R, 1>(v, row_bytes, count, p, st, 16 * c, pf, v0);
+        pf = nullptr;
+    }
+    if (d % 16 >= 8) {
+        accumulate_pass<DT, R, 1>(v, row_bytes, count, p, st, 16 * n16, pf, v0);
+        pf = nullptr;
+    }
+    if (pf) pf->upto(v0 + count);
+    if (d % 8) {
+        const uint32_t c8 = d / 8 * 8;
+        for (uint32_t i = 0; i < count; ++i) {
+            const __m256 vv = load_tail<DT>(v + i * row_bytes + c8 * elem_bytes<DT>(), d % 8);
+            for (int r = 0; r < R; ++r)
+                _mm256_storeu_ps(st[r].o + c8, _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + i), vv,
+                                                                _mm256_loadu_ps(st[r].o + c8)));
+        }
+    }
 }
 
 template <uint32_t DT>

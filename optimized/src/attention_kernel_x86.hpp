@@ -1,7 +1,7 @@
 // The body of the x86 split kernels, shared by the AVX2 and the AVX-512 translation units: everything here is one
 // template compiled once per instruction set, so the two kernels walk, prefetch and reduce alike and give the same
 // bits. Include it after defining KVC_KERNEL_TARGET (the function attribute of that instruction set); the including
-// file defines the group path's three inner loops declared below (group_scores, group_widen, group_accumulate).
+// file defines the group path's two inner loops declared below (group_scores, group_values).
 // Everything is in an unnamed namespace: each translation unit gets its own copy, compiled for its own target.
 //
 // Why it is shaped this way:
@@ -304,14 +304,13 @@ constexpr uint32_t kPieceKeys = 16;
 template <uint32_t DT, int R>
 KVC_KERNEL_TARGET void group_scores(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
                                     uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0);
-// Rows [0, count) of a run -> dst[i * dq ..] as f32, the tail chunk zero-padded; prefetching trickles along (row v0 + i).
-template <uint32_t DT>
-KVC_KERNEL_TARGET void group_widen(const uint8_t* src, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t dq,
-                                   float* dst, RowPrefetcher* pf, uint32_t v0);
-// o[r] += sum over keys i < count of p[r][i] * wide_i, every element in key order, for R rows that see every key.
-template <int R>
-KVC_KERNEL_TARGET void group_accumulate(const float* wide, uint32_t dq, uint32_t count, const float* const* p,
-                                        SoftmaxState* st, uint32_t d);
+// Phase 4 of the group path for one piece of count <= kPieceKeys V rows that all R rows see: o[r] += sum over keys
+// i < count of p[r][i] * v_i, every output element taking its keys in key order; `wide` is an L1 scratch of
+// kPieceKeys x dq floats it may use; prefetching trickles along (row v0 + i).
+template <uint32_t DT, int R>
+KVC_KERNEL_TARGET void group_values(const uint8_t* v, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t dq,
+                                    float* wide, const float* const* p, SoftmaxState* st, RowPrefetcher* pf,
+                                    uint32_t v0);
 
 
 // The kernel for R rows of nh consecutive KV heads. Phases 1 and 4 walk the split block run by block run and, inside
@@ -422,11 +421,10 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
                     if (group_path) { // piece by piece, so the keys still go through each element in order
                         for (uint32_t i = 0; i < all_live; i += kPieceKeys) {
                             const uint32_t cnt = std::min(kPieceKeys, all_live - i);
-                            group_widen<DT>(vp + i * L.row_bytes, L.row_bytes, cnt, d, dq, wide, &pf[h],
-                                            n_max + j + i);
                             const float* pi[R];
                             for (int r = 0; r < R; ++r) pi[r] = p[r] + i;
-                            group_accumulate<R>(wide, dq, cnt, pi, sh, d);
+                            group_values<DT, R>(vp + i * L.row_bytes, L.row_bytes, cnt, d, dq, wide, pi, sh, &pf[h],
+                                                n_max + j + i);
                         }
                         done = true;
                     }
