@@ -147,12 +147,12 @@ KVC_TARGET_AVX512 void group_scores(const float* const* q, const uint8_t* kp, ui
     }
 }
 
-// o[r][c0 .. c0 + 16 CP) += p[r][i] * v_i[...] for keys i in order, straight from the cached rows, R x CP zmm
+// o[r][c0 .. c0 + 16 CP) += p[r][col + i] * v_i[...] for keys i in order, straight from the cached rows, R x CP zmm
 // accumulators; the first pass also trickles the prefetcher along.
 template <uint32_t DT, int R, int CP>
 KVC_TARGET_AVX512 inline void accumulate_pass16(const uint8_t* v, uint64_t row_bytes, uint32_t count,
-                                                const float* const* p, SoftmaxState* st, uint32_t c0, RowPrefetcher* pf,
-                                                uint32_t v0) {
+                                                const float (*p)[kSplitKeys], uint32_t col, SoftmaxState* st,
+                                                uint32_t c0, RowPrefetcher* pf, uint32_t v0) {
     __m512 acc[R][CP];
     for (int r = 0; r < R; ++r)
         for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_loadu_ps(st[r].o + c0 + 16 * cc);
@@ -162,7 +162,7 @@ KVC_TARGET_AVX512 inline void accumulate_pass16(const uint8_t* v, uint64_t row_b
         __m512 vv[CP];
         for (int cc = 0; cc < CP; ++cc) vv[cc] = load16<DT>(row + 16 * cc * elem_bytes<DT>());
         for (int r = 0; r < R; ++r) {
-            const __m512 pr = _mm512_set1_ps(p[r][i]);
+            const __m512 pr = _mm512_set1_ps(p[r][col + i]);
             for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_fmadd_ps(pr, vv[cc], acc[r][cc]);
         }
     }
@@ -172,19 +172,22 @@ KVC_TARGET_AVX512 inline void accumulate_pass16(const uint8_t* v, uint64_t row_b
 
 // Straight from the cache, 32 then 16 elements at a time, then a chunk of 8 in 256-bit registers and the last d % 8
 // key by key (never reading past a row, which may end a slab): each element's FMAs in key order, as in AVX2.
+// The rows' probabilities sit a fixed stride apart (rows of one score buffer): one base register serves them all.
 template <uint32_t DT, int R>
 KVC_TARGET_AVX512 void group_values(const uint8_t* v, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t /*dq*/,
-                                    float* /*wide*/, const float* const* p, SoftmaxState* st, RowPrefetcher* pf,
-                                    uint32_t v0) {
+                                    float* /*wide*/, const float (*sc)[kSplitKeys], uint32_t col, SoftmaxState* st,
+                                    RowPrefetcher* pf, uint32_t v0) {
     const uint32_t n16 = d / 16;
     uint32_t c = 0;
-    for (; c + 2 <= n16; c += 2, pf = nullptr) accumulate_pass16<DT, R, 2>(v, row_bytes, count, p, st, 16 * c, pf, v0);
+    for (; c + 2 <= n16; c += 2, pf = nullptr) accumulate_pass16<DT, R, 2>(v, row_bytes, count, sc, col, st, 16 * c, pf, v0);
     if (c < n16) {
-        accumulate_pass16<DT, R, 1>(v, row_bytes, count, p, st, 16 * c, pf, v0);
+        accumulate_pass16<DT, R, 1>(v, row_bytes, count, sc, col, st, 16 * c, pf, v0);
         pf = nullptr;
     }
     if (d % 16 >= 8) {
-        accumulate_pass<DT, R, 1>(v, row_bytes, count, p, st, 16 * n16, pf, v0);
+        const float* pr[R];
+        for (int r = 0; r < R; ++r) pr[r] = sc[r] + col;
+        accumulate_pass<DT, R, 1>(v, row_bytes, count, pr, st, 16 * n16, pf, v0);
         pf = nullptr;
     }
     if (pf) pf->upto(v0 + count);
@@ -193,7 +196,7 @@ KVC_TARGET_AVX512 void group_values(const uint8_t* v, uint64_t row_bytes, uint32
         for (uint32_t i = 0; i < count; ++i) {
             const __m256 vv = load_tail<DT>(v + i * row_bytes + c8 * elem_bytes<DT>(), d % 8);
             for (int r = 0; r < R; ++r)
-                _mm256_storeu_ps(st[r].o + c8, _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + i), vv,
+                _mm256_storeu_ps(st[r].o + c8, _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[r][col + i]), vv,
                                                                 _mm256_loadu_ps(st[r].o + c8)));
         }
     }
