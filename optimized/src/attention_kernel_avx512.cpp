@@ -14,8 +14,10 @@
 // engine.KernelPaths.Avx512MatchesAvx2Bitwise checks it on random shapes.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics build their "undefined" operands as `__m512 __Y = __Y;` (_mm512_undefined_ps), which
-// -Wmaybe-uninitialized reports wherever they are inlined: a false positive inside the compiler's own headers.
+// -Wmaybe-uninitialized (and, in the sanitizer build, -Wuninitialized) reports wherever they are inlined: a false
+// positive inside the compiler's own headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include "simd.hpp"
 #define KVC_KERNEL_TARGET KVC_TARGET_AVX512
