@@ -87,10 +87,11 @@ KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float
     for (int i = 0; i < R * KP; ++i) acc[i] = _mm512_setzero_ps();
     const uint32_t full = d / 8, tail = d % 8;
     constexpr uint32_t eb = elem_bytes<DT>();
+    const uint8_t* key[2 * KP]; // the rows' addresses once, so that a chunk's loads share one index
+    for (int kj = 0; kj < 2 * KP; ++kj) key[kj] = k + kj * row_bytes;
     for (uint32_t c = 0; c < full; ++c) {
         __m512 kv[KP];
-        for (int p = 0; p < KP; ++p)
-            kv[p] = load8x2<DT>(k + (2 * p) * row_bytes + c * 8 * eb, k + (2 * p + 1) * row_bytes + c * 8 * eb);
+        for (int p = 0; p < KP; ++p) kv[p] = load8x2<DT>(key[2 * p] + c * 8 * eb, key[2 * p + 1] + c * 8 * eb);
         for (int r = 0; r < R; ++r) {
             const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[r] + 8 * c));
             for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
