@@ -28,24 +28,27 @@ KVC_TARGET_AVX2 void group_scores(const float* const* q, const uint8_t* kp, uint
     }
 }
 
-// A piece of V rows widened to f32 once into the scratch, then all R rows x 1 chunk of 8 read it: each widened chunk
-// is loaded once for every row.
+// Piece by piece (kPieceKeys V rows), so the keys still go through each element in order: the piece widened to f32
+// once into the scratch, then all R rows x 1 chunk of 8 read it, each widened chunk loaded once for every row.
 template <uint32_t DT, int R>
 KVC_TARGET_AVX2 void group_values(const uint8_t* v, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t dq,
                                   float* wide, const float (*p)[kSplitKeys], uint32_t col, SoftmaxState* st,
                                   RowPrefetcher* pf, uint32_t v0) {
     const uint32_t full = d / 8;
-    for (uint32_t i = 0; i < count; ++i) {
-        pf->upto(v0 + i + 1);
-        const uint8_t* row = v + i * row_bytes;
-        float* out = wide + size_t(i) * dq;
-        for (uint32_t c = 0; c < full; ++c) _mm256_store_ps(out + 8 * c, load8<DT>(row + 8 * c * elem_bytes<DT>()));
-        if (d % 8) _mm256_store_ps(out + 8 * full, load_tail<DT>(row + 8 * full * elem_bytes<DT>(), d % 8));
+    for (uint32_t i0 = 0; i0 < count; i0 += kPieceKeys) {
+        const uint32_t cnt = std::min(kPieceKeys, count - i0);
+        for (uint32_t i = 0; i < cnt; ++i) {
+            pf->upto(v0 + i0 + i + 1);
+            const uint8_t* row = v + (i0 + i) * row_bytes;
+            float* out = wide + size_t(i) * dq;
+            for (uint32_t c = 0; c < full; ++c) _mm256_store_ps(out + 8 * c, load8<DT>(row + 8 * c * elem_bytes<DT>()));
+            if (d % 8) _mm256_store_ps(out + 8 * full, load_tail<DT>(row + 8 * full * elem_bytes<DT>(), d % 8));
+        }
+        const float* pr[R];
+        for (int r = 0; r < R; ++r) pr[r] = p[r] + col + i0;
+        accumulate_rows<KVC_DTYPE_F32, R, 1>(reinterpret_cast<const uint8_t*>(wide), uint64_t(dq) * sizeof(float),
+                                             cnt, pr, st, d, nullptr, 0);
     }
-    const float* pr[R];
-    for (int r = 0; r < R; ++r) pr[r] = p[r] + col;
-    accumulate_rows<KVC_DTYPE_F32, R, 1>(reinterpret_cast<const uint8_t*>(wide), uint64_t(dq) * sizeof(float), count,
-                                         pr, st, d, nullptr, 0);
 }
 
 } // namespace

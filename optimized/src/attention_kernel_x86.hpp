@@ -304,10 +304,10 @@ constexpr uint32_t kPieceKeys = 16;
 template <uint32_t DT, int R>
 KVC_KERNEL_TARGET void group_scores(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
                                     uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0);
-// Phase 4 of the group path for one piece of count <= kPieceKeys V rows that all R rows see: o[r] += sum over keys
-// i < count of p[r][col + i] * v_i, every output element taking its keys in key order (p: the rows' probabilities,
-// one row of the split's score buffer each); `wide` is an L1 scratch of kPieceKeys x dq floats it may use;
-// prefetching trickles along (row v0 + i).
+// Phase 4 of the group path for count V rows of one block run that all R rows see: o[r] += sum over keys i < count
+// of p[r][col + i] * v_i, every output element taking its keys in key order (p: the rows' probabilities, one row of
+// the split's score buffer each); `wide` is an L1 scratch of kPieceKeys x dq floats it may use; prefetching
+// trickles along (row v0 + i).
 template <uint32_t DT, int R>
 KVC_KERNEL_TARGET void group_values(const uint8_t* v, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t dq,
                                     float* wide, const float (*p)[kSplitKeys], uint32_t col, SoftmaxState* st,
@@ -419,12 +419,8 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
                 for (int r = 0; r < R; ++r) p[r] = sch[r] + j;
                 bool done = false;
                 if constexpr (kWiden) {
-                    if (group_path) { // piece by piece, so the keys still go through each element in order
-                        for (uint32_t i = 0; i < all_live; i += kPieceKeys) {
-                            const uint32_t cnt = std::min(kPieceKeys, all_live - i);
-                            group_values<DT, R>(vp + i * L.row_bytes, L.row_bytes, cnt, d, dq, wide, sch, j + i, sh,
-                                                &pf[h], n_max + j + i);
-                        }
+                    if (group_path) {
+                        group_values<DT, R>(vp, L.row_bytes, all_live, d, dq, wide, sch, j, sh, &pf[h], n_max + j);
                         done = true;
                     }
                 }
