@@ -55,9 +55,9 @@ KVC_TARGET_AVX2 void group_values(const uint8_t* v, uint64_t row_bytes, uint32_t
 
 SplitKernel split_kernel_avx2(uint32_t dtype) {
     switch (dtype) {
-    case KVC_DTYPE_F16: return split_x86_any<KVC_DTYPE_F16>;
-    case KVC_DTYPE_BF16: return split_x86_any<KVC_DTYPE_BF16>;
-    default: return split_x86_any<KVC_DTYPE_F32>;
+    case KVC_DTYPE_F16: return split_rows<KVC_DTYPE_F16, 1>;
+    case KVC_DTYPE_BF16: return split_rows<KVC_DTYPE_BF16, 1>;
+    default: return split_rows<KVC_DTYPE_F32, 1>;
     }
 }
 

@@ -221,13 +221,7 @@ KVC_TARGET_AVX512 void split_avx512_any(const SplitArgs& a, uint32_t nh, const R
                                         SoftmaxState* st) {
     if (t[0].n < 4 || !g_avx512_group.load(std::memory_order_relaxed))
         return split_kernel_avx2(DT)(a, nh, t, k0, st);
-    switch (t[0].n) {
-    case 4: return split_x86<DT, 4>(a, nh, t, k0, st);
-    case 5: return split_x86<DT, 5>(a, nh, t, k0, st);
-    case 6: return split_x86<DT, 6>(a, nh, t, k0, st);
-    case 7: return split_x86<DT, 7>(a, nh, t, k0, st);
-    default: return split_x86<DT, 8>(a, nh, t, k0, st);
-    }
+    split_rows<DT, 4>(a, nh, t, k0, st);
 }
 
 } // namespace

@@ -442,18 +442,14 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     }
 }
 
-template <uint32_t DT>
-KVC_KERNEL_TARGET void split_x86_any(const SplitArgs& a, uint32_t nh, const RowTile* t, uint32_t k0, SoftmaxState* st) {
-    switch (t[0].n) {
-    case 1: return split_x86<DT, 1>(a, nh, t, k0, st);
-    case 2: return split_x86<DT, 2>(a, nh, t, k0, st);
-    case 3: return split_x86<DT, 3>(a, nh, t, k0, st);
-    case 4: return split_x86<DT, 4>(a, nh, t, k0, st);
-    case 5: return split_x86<DT, 5>(a, nh, t, k0, st);
-    case 6: return split_x86<DT, 6>(a, nh, t, k0, st);
-    case 7: return split_x86<DT, 7>(a, nh, t, k0, st);
-    default: return split_x86<DT, 8>(a, nh, t, k0, st);
+// split_x86<DT, R> for R = the tile's rows, Lo <= R <= kTileRows (rows beyond kTileRows are not possible: a tile
+// holds at most that many). A kernel instantiates only the row counts it runs.
+template <uint32_t DT, int Lo, int R = kTileRows>
+KVC_KERNEL_TARGET void split_rows(const SplitArgs& a, uint32_t nh, const RowTile* t, uint32_t k0, SoftmaxState* st) {
+    if constexpr (R > Lo) {
+        if (t[0].n < R) return split_rows<DT, Lo, R - 1>(a, nh, t, k0, st);
     }
+    split_x86<DT, R>(a, nh, t, k0, st);
 }
 
 } // namespace
