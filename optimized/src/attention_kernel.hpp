@@ -61,17 +61,17 @@ SplitKernel split_kernel_scalar(uint32_t dtype);
 SplitKernel split_kernel_avx2(uint32_t dtype);
 SplitKernel split_kernel_avx512(uint32_t dtype); // only where cpu_has_avx512()
 
-// The AVX2 kernel's group path for tiles of several rows (on by default): phase 1 in blocks of 4 rows x 3 keys,
-// and f16/bf16 V rows widened once into an f32 scratch that every 4-row block of phase 4 reads. Off: the direct path
-// of before 2026-12-01 (8 rows x 1 key, every block widening the cached rows itself). The bits are the same either
-// way (widening is exact; every dot product and output element keeps its own accumulator and order). The switch
-// exists for the benchmark's A/B and for the test that checks the two paths agree. Process-wide: set it only
-// while no kernel runs.
+// The x86 kernels' group path for tiles of several rows (on by default; in the AVX2 kernel: phase 1 in blocks of
+// 4 rows x 3 keys, and f16/bf16 V rows widened once into an f32 scratch that every 4-row block of phase 4 reads).
+// Off: in both kernels, the direct path of before 2026-12-01 (8 rows x 1 key, every block widening the cached rows
+// itself). The bits are the same either way (widening is exact; every dot product and output element keeps its own
+// accumulator and order). The switch exists for the benchmark's A/B and for the tests that check the paths agree.
+// Process-wide: set it only while no kernel runs.
 void set_avx2_group_path(bool on);
 bool avx2_group_path();
-// How the x86 kernels (AVX2 and AVX-512) walk a split (docs/performance.md, "How the kernel walks the cache"). None of it changes a
-// bit of any result; it exists for the benchmark's A/B and the test that checks that. Process-wide: set it only
-// while no kernel runs.
+// How the x86 kernels (AVX2 and AVX-512) walk a split (docs/performance.md, "How the kernel walks the cache"). None
+// of it changes a bit of any result; it exists for the benchmark's A/B and the test that checks that. Process-wide:
+// set it only while no kernel runs.
 struct WalkPlan {
     uint32_t prefetch_rows = 16;  // rows per KV head fetched ahead of the row in use, along the block table
     bool prefetch_to_l2 = true;   // prefetcht1 (into L2); false: prefetcht0 (into L1), as before 2026-12-01

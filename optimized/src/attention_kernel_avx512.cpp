@@ -15,7 +15,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics build their "undefined" operands as `__m512 __Y = __Y;` (_mm512_undefined_ps), which
 // -Wmaybe-uninitialized (and, in the sanitizer build, -Wuninitialized) reports wherever they are inlined: a false
-// positive inside the compiler's own headers.
+// positive inside the compiler's own headers. For the whole file: they are inlined into the shared body too.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
@@ -76,7 +76,7 @@ KVC_TARGET_AVX512 inline __m512 reduce8_halves(const __m512* z) {
 }
 
 // q . k for R rows and 2 * KP consecutive keys, R * KP zmm accumulators (two keys each), each dot product exactly as
-// dots<DT, R, 2KP> of the AVX2 kernel computes it. red[p] holds the scores of keys 2p and 2p + 1, scaled, in
+// the shared dots() computes it (8-lane accumulator, chunks in order, reduce8, then the scale). red[p] holds the scores of keys 2p and 2p + 1, scaled, in
 // reduce8_halves' order: row r's score of key 2p + h is red[p][(r / 4) * 8 + h * 4 + r % 4].
 template <uint32_t DT, int R, int KP>
 KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float* const* q, const uint8_t* k,
@@ -100,9 +100,8 @@ KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float
     if (tail) { // q rows are zero-padded to a multiple of 8
         __m512 kv[KP];
         for (int p = 0; p < KP; ++p)
-            kv[p] = _mm512_insertf32x8(
-                _mm512_castps256_ps512(load_tail<DT>(k + (2 * p) * row_bytes + full * 8 * eb, tail)),
-                load_tail<DT>(k + (2 * p + 1) * row_bytes + full * 8 * eb, tail), 1);
+            kv[p] = _mm512_insertf32x8(_mm512_castps256_ps512(load_tail<DT>(key[2 * p] + full * 8 * eb, tail)),
+                                       load_tail<DT>(key[2 * p + 1] + full * 8 * eb, tail), 1);
         for (int r = 0; r < R; ++r) {
             const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[r] + 8 * full));
             for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
@@ -116,7 +115,7 @@ KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float
 }
 
 // Phase 1 of the group path: all R rows at once, 4 keys per register block for 6-8 rows (R x 2 zmm accumulators;
-// 3 x 8 spills them to the stack), 6 for 4-5 rows, then pairs, then a last single key through the AVX2 kernel's dots.
+// 3 x 8 spills them to the stack), 6 for 4-5 rows, then pairs, then a last single key through the shared dots().
 template <uint32_t DT, int R>
 KVC_TARGET_AVX512 void group_scores(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
                                     uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {

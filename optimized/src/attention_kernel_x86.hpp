@@ -13,8 +13,9 @@
 //  - Software prefetch runs a fixed number of rows ahead along the order the split reads them (K, then V, then the
 //    next split): each block run ends a 4 KiB stretch and the next block may be anywhere in the pool.
 //  - Values accumulate in registers for up to 4 rows at a time while V rows stream by.
-//  - Tiles of 4 rows or more (GQA groups, prefill) take the group path below: register-blocked scores, and V widened
-//    once into an L1 scratch shared by all rows. Same bits as the direct path; set_avx2_group_path() switches it.
+//  - Tiles of 4 rows or more (GQA groups, prefill) take the group path below: register-blocked scores, and V shared
+//    by all rows (the including file decides how). Same bits as the direct path; set_avx2_group_path() switches it
+//    off in both kernels.
 #pragma once
 
 #ifndef KVC_KERNEL_TARGET
@@ -285,18 +286,14 @@ KVC_KERNEL_TARGET void accumulate_all_live(const uint8_t* v, uint64_t row_bytes,
     }
 }
 
-// ---- the group path (tiles of 4 or more rows in phase 1, 5 or more in phase 4) ----------------------------------
+// ---- the group path (tiles of 4 or more rows in phase 1; f16/bf16 tiles of 5 or more in phase 4) ----------------
 // Measured on Zen 3 (docs/performance.md, 2026-12-01): a GQA tile of 8 rows spent half its time in phase 1, whose
 // 8 accumulators (8 rows x 1 key) left no slack over the FMA latency (16 dependent FMAs per key at d = 128), and
-// phase 4 widened every V row twice (once per half of the tile). The group path:
-//  - phase 1: blocks of 4 rows x 3 keys (12 accumulators, q folded into the FMAs as memory operands, 3 K chunks in
-//    registers), the tile's other rows after them over the same keys (from L1);
-//  - phase 4 (5 rows or more): a piece of at most kPieceKeys V rows is widened to f32 once into a scratch (16 KiB at
-//    most: it stays in L1), and one register block of all R rows x 1 chunk of 8 reads it: each chunk is loaded
-//    once for every row, where the direct path converted each V row once per half of the tile. Measured against
-//    4 rows x 2 or 3 chunks from the same scratch: 1.1x faster than 4 x 2, and 4 x 3 spills registers.
-// The bits are those of the direct path: widening is exact, and each dot product and each output element keeps its
-// own accumulator and the order of its operations; only which of them share a loop changes.
+// phase 4 widened every V row twice (once per half of the tile). The group path replaces both loops with the two
+// hooks below, which each kernel defines for its registers (attention_kernel_avx2.cpp: 4 x 3 score blocks, V widened
+// once into an L1 scratch; attention_kernel_avx512.cpp: two keys per zmm, V straight from the cache). The bits are
+// those of the direct path: widening is exact, and each dot product and each output element keeps its own
+// accumulator and the order of its operations; only which of them share a loop changes.
 constexpr uint32_t kPieceKeys = 16;
 
 // The group path's inner loops, defined by the including file for its instruction set (same bits either way).
@@ -334,17 +331,18 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     alignas(32) float sc[kMaxCallRows][kSplitKeys]; // row r of head h is sc[h * R + r]
     const __m256 scale = _mm256_set1_ps(a.scale);
     const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
-    const WalkPlan walk = avx2_walk(); // one relaxed atomic load: the whole plan at once
+    const WalkPlan walk = avx2_walk(); // the whole plan at once (one relaxed atomic load, in the AVX2 file)
     const uint32_t ahead = walk.prefetch_rows;
     const uint32_t n_next =
         next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, ahead)) : 0;
     RowPrefetcher pf[kMaxCallRows];
     for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead, walk.prefetch_to_l2};
-    // the group path: 4 x 3 score blocks from 4 rows on; V widened once where there is something to widen (f16,
-    // bf16) and more than one 4-row block to share it (for one block the scratch is pure overhead: measured)
+    // the group path: scores from 4 rows on; V where there is something to widen (f16, bf16) and more than one
+    // 4-row block to share it (for one block the AVX2 scratch is pure overhead: measured; AVX-512 follows the same
+    // gate, unmeasured for f32 and 4-row tiles)
     constexpr bool kGroupScores = R >= 4, kWiden = DT != KVC_DTYPE_F32 && R > 4;
     const bool group_path = (kGroupScores || kWiden) && avx2_group_path();
-    alignas(64) float wide[kWiden ? kPieceKeys * kMaxHeadDim : 16];
+    alignas(64) float wide[kWiden ? kPieceKeys * kMaxHeadDim : 16]; // the AVX2 hook's scratch (AVX-512: unused)
     // keys per visit to a head (the walk, above); any length gives the same bits: every dot product is its own,
     // and phase 4 reloads each output from its state, so the keys still reach each element in order
     const uint32_t visit =

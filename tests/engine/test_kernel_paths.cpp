@@ -38,10 +38,12 @@ struct KernelCase {
 
     explicit KernelCase(Rng& rng) {
         const uint32_t dtypes[] = {KVC_DTYPE_F16, KVC_DTYPE_BF16, KVC_DTYPE_F32};
-        const uint32_t dims[] = {1, 5, 8, 12, 64, 100, 128, 256};
+        // every way a row can end: d % 8 != 0, chunks of 8 after whole and odd counts of 16 (12, 24, 40), odd
+        // counts of 16 (48, 80), and 256 = kMaxHeadDim
+        const uint32_t dims[] = {1, 5, 8, 12, 24, 40, 48, 64, 80, 100, 128, 256};
         dtype = dtypes[rng.below(3)];
         block = 1 + rng.below(rng.below(2) ? 300 : 40);
-        head_dim = dims[rng.below(8)];
+        head_dim = dims[rng.below(sizeof dims / sizeof dims[0])];
         n = 1 + static_cast<int>(rng.below(opt::kTileRows));
         nh = 1 + rng.below(opt::max_call_heads(n));
         kv_heads = nh + rng.below(3);
@@ -109,15 +111,20 @@ private:
     uint32_t first_head_ = 0;
 };
 
-// Restores the process-wide switch however the test ends.
-struct GroupPathSwitch {
-    bool before = opt::avx2_group_path();
-    ~GroupPathSwitch() { opt::set_avx2_group_path(before); }
+// Restores the kernels' process-wide switches (group paths, walk) however the test ends.
+struct SwitchesRestored {
+    bool avx2_group = opt::avx2_group_path(), avx512_group = opt::avx512_group_path();
+    opt::WalkPlan walk = opt::avx2_walk();
+    ~SwitchesRestored() {
+        opt::set_avx2_group_path(avx2_group);
+        opt::set_avx512_group_path(avx512_group);
+        opt::set_avx2_walk(walk);
+    }
 };
 
 TEST(KernelPaths, GroupPathMatchesDirectPathBitwise) {
     if (!opt::cpu_has_avx2_f16c()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C: the AVX2 kernel cannot run here";
-    GroupPathSwitch restore;
+    SwitchesRestored restore;
     Rng rng(test_seed(20261201));
     int cases_with_group_rows = 0;
     for (int c = 0; c < 300; ++c) {
@@ -146,15 +153,9 @@ TEST(KernelPaths, GroupPathMatchesDirectPathBitwise) {
     EXPECT_GT(cases_with_group_rows, 50) << "the random shapes must exercise tiles of 4 rows or more";
 }
 
-// Restores the process-wide walk however the test ends.
-struct WalkSwitch {
-    opt::WalkPlan before = opt::avx2_walk();
-    ~WalkSwitch() { opt::set_avx2_walk(before); }
-};
-
 TEST(KernelPaths, EveryWalkGivesTheSameBits) {
     if (!opt::cpu_has_avx2_f16c()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C: the AVX2 kernel cannot run here";
-    WalkSwitch restore;
+    SwitchesRestored restore;
     // the default first; visits of 1, 3, 16 and 100 keys, whole runs, prefetching into L1 or L2 (or nothing ahead)
     const opt::WalkPlan walks[] = {{16, true, true},  {1, true, true},    {3, false, true},
                                    {100, true, true}, {16, true, false},  {0, false, false}};
@@ -183,17 +184,22 @@ TEST(KernelPaths, EveryWalkGivesTheSameBits) {
 TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
     if (!opt::cpu_has_avx512())
         GTEST_SKIP() << "this CPU has no AVX-512 F/DQ/VL/BW: the AVX-512 kernel cannot run here";
+    SwitchesRestored restore;
+    opt::set_avx512_group_path(true);
     Rng rng(test_seed(20261203));
     int cases_widened = 0;
     for (int c = 0; c < 300; ++c) {
         const KernelCase kc(rng);
-        const std::vector<float> wide = kc.run(opt::split_kernel_avx512(kc.dtype));
-        const std::vector<float> avx2 = kc.run(opt::split_kernel_avx2(kc.dtype));
-        ASSERT_EQ(wide.size(), avx2.size());
-        for (size_t i = 0; i < wide.size(); ++i)
-            ASSERT_EQ(0, std::memcmp(&wide[i], &avx2[i], sizeof(float)))
-                << "case " << c << ", value " << i << " (AVX-512 " << wide[i] << ", AVX2 " << avx2[i]
-                << "): " << kc.describe();
+        for (const bool group : {true, false}) { // the group paths, then the direct path compiled for AVX-512
+            opt::set_avx2_group_path(group);
+            const std::vector<float> wide = kc.run(opt::split_kernel_avx512(kc.dtype));
+            const std::vector<float> avx2 = kc.run(opt::split_kernel_avx2(kc.dtype));
+            ASSERT_EQ(wide.size(), avx2.size());
+            for (size_t i = 0; i < wide.size(); ++i)
+                ASSERT_EQ(0, std::memcmp(&wide[i], &avx2[i], sizeof(float)))
+                    << "case " << c << (group ? ", group path" : ", direct path") << ", value " << i << " (AVX-512 "
+                    << wide[i] << ", AVX2 " << avx2[i] << "): " << kc.describe();
+        }
         if (kc.n > 4 && kc.dtype != KVC_DTYPE_F32) ++cases_widened;
     }
     EXPECT_GT(cases_widened, 50) << "the random shapes must exercise the widened V path (f16/bf16, 5+ rows)";
