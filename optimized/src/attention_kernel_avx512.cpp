@@ -2,14 +2,16 @@
 // group path's inner loops (tiles of 4+ rows: GQA groups, prefill) in 512-bit registers. Tiles of 1-3 rows (MHA
 // decode) run the AVX2 kernel unchanged: they wait on memory, not on arithmetic.
 //
-// Why: the group path is bound by FMA throughput (docs/performance.md, "GQA 8:1, the arithmetic bound"), and cores
-// with two full-width 512-bit FMA units (Intel Xeon here) do twice the lane-FMAs per cycle in zmm registers.
+// Why: the group path is bound by FMA throughput (docs/performance.md, "GQA 8:1 on Zen 4, the arithmetic bound"), and
+// cores with two full-width 512-bit FMA units (the Intel Xeon kind here) do twice the lane-FMAs per cycle in zmm
+// registers: 1.34-1.58x the AVX2 kernel on GQA 8:1 decode there ("The AVX-512 kernel").
 //
 // Same bits as the AVX2 kernel, by construction, so the engine's results do not depend on which one a machine runs:
 //  - scores: one zmm holds the 8-lane accumulators of two keys (key a in lanes 0-7, key b in 8-15) for one query
 //    row, and every lane sees the same FMAs in the same order as the AVX2 kernel's accumulator of that key; the two
 //    halves then go through the same 8-lane tree (reduce8).
-//  - V: one zmm holds 16 consecutive output elements, each accumulating its keys in key order, as in AVX2.
+//  - V (f16/bf16 tiles of 5+ rows, the AVX2 group path's gate): one zmm holds 16 consecutive output elements, each
+//    accumulating its keys in key order, as in AVX2.
 //  - widening is exact in any width.
 // engine.KernelPaths.Avx512MatchesAvx2Bitwise checks it on random shapes.
 #if defined(__GNUC__) && !defined(__clang__)
