@@ -188,22 +188,14 @@ KVC_TARGET_AVX512 void group_piece(const uint8_t* v, uint64_t row_bytes, uint32_
         accumulate_pass16<DT, R, 1>(v, row_bytes, count, sc, col, st, 16 * c, pf, v0);
         pf = nullptr;
     }
+    const float* pr[R];
+    for (int r = 0; r < R; ++r) pr[r] = sc[r] + col;
     if (d % 16 >= 8) {
-        const float* pr[R];
-        for (int r = 0; r < R; ++r) pr[r] = sc[r] + col;
         accumulate_pass<DT, R, 1>(v, row_bytes, count, pr, st, 16 * n16, pf, v0);
         pf = nullptr;
     }
     if (pf) pf->upto(v0 + count);
-    if (d % 8) {
-        const uint32_t c8 = d / 8 * 8;
-        for (uint32_t i = 0; i < count; ++i) {
-            const __m256 vv = load_tail<DT>(v + i * row_bytes + c8 * elem_bytes<DT>(), d % 8);
-            for (int r = 0; r < R; ++r)
-                _mm256_storeu_ps(st[r].o + c8, _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[r][col + i]), vv,
-                                                                _mm256_loadu_ps(st[r].o + c8)));
-        }
-    }
+    accumulate_tail<DT, R>(v, row_bytes, count, pr, st, d);
 }
 
 // Pieces of kPieceKeys rows, as in AVX2 (pieces of 64 rows, which load and store the accumulators 4x less often,

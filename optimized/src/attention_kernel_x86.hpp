@@ -248,6 +248,20 @@ KVC_KERNEL_TARGET inline void accumulate_pass(const uint8_t* v, uint64_t row_byt
         for (int cc = 0; cc < CP; ++cc) _mm256_storeu_ps(st[r].o + c0 + 8 * cc, acc[r][cc]);
 }
 
+// The zero-padded tail chunk of V (the last d % 8 elements), key by key: o[r][8 (d / 8) ..] += p[r][i] * v_i.
+template <uint32_t DT, int R>
+KVC_KERNEL_TARGET inline void accumulate_tail(const uint8_t* v, uint64_t row_bytes, uint32_t count,
+                                              const float* const* p, SoftmaxState* st, uint32_t d) {
+    if (d % 8 == 0) return;
+    const uint32_t c8 = d / 8 * 8;
+    for (uint32_t i = 0; i < count; ++i) {
+        const __m256 vv = load_tail<DT>(v + i * row_bytes + c8 * elem_bytes<DT>(), d % 8);
+        for (int r = 0; r < R; ++r)
+            _mm256_storeu_ps(st[r].o + c8, _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + i), vv,
+                                                            _mm256_loadu_ps(st[r].o + c8)));
+    }
+}
+
 template <uint32_t DT, int R, int CP>
 KVC_KERNEL_TARGET void accumulate_rows(const uint8_t* v, uint64_t row_bytes, uint32_t count, const float* const* p,
                                      SoftmaxState* st, uint32_t d, RowPrefetcher* pf, uint32_t v0) {
@@ -262,14 +276,7 @@ KVC_KERNEL_TARGET void accumulate_rows(const uint8_t* v, uint64_t row_bytes, uin
         for (; c < full; ++c, pf = nullptr) accumulate_pass<DT, R, 1>(v, row_bytes, count, p, st, 8 * c, pf, v0);
     }
     if (pf) pf->upto(v0 + count);
-    if (d % 8) { // the zero-padded tail chunk, key by key
-        for (uint32_t i = 0; i < count; ++i) {
-            const __m256 vv = load_tail<DT>(v + i * row_bytes + full * 8 * elem_bytes<DT>(), d % 8);
-            for (int r = 0; r < R; ++r)
-                _mm256_storeu_ps(st[r].o + 8 * full, _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + i), vv,
-                                                                     _mm256_loadu_ps(st[r].o + 8 * full)));
-        }
-    }
+    accumulate_tail<DT, R>(v, row_bytes, count, p, st, d);
 }
 
 // Up to 4 rows at a time, 8 or 12 accumulators in registers; a tile of more rows is done in two halves (the second
