@@ -107,6 +107,9 @@ constexpr WalkPlan kDefaultWalk{};
 // The rows one split reads, in the order it reads them: its K rows, its V rows, then the first K rows of the next
 // split (the caller's next call). upto(u) prefetches every row before virtual index u + ahead. Block runs end every B
 // rows and the next block can be anywhere in the pool, so the hardware prefetcher cannot see ahead; this can.
+// It walks spans, not rows: inside one block a head's rows of one plane are contiguous, so a span (a block run of one
+// part) is one address computed once and a line pointer stepped 64 bytes at a time; each line is fetched once. (Row
+// by row, with the address recomputed per row, it was 8-10 % of a GQA decode's time in cache, measured 2026-12-02.)
 struct RowPrefetcher {
     const kvc_kv_layout* l = nullptr;
     const uint32_t* table = nullptr;
@@ -116,37 +119,54 @@ struct RowPrefetcher {
     uint32_t n_next = 0; // keys of the next split worth fetching (0 when there is none)
     uint32_t ahead = kDefaultWalk.prefetch_rows; // rows fetched ahead of the row in use
     bool to_l2 = kDefaultWalk.prefetch_to_l2;
-    uint32_t v = 0; // the next virtual row to prefetch
-    // where row v lives: stepped row by row, recomputed (one division) only where a part starts
-    uint64_t block = 0;
-    uint32_t slot = 0, plane = KVC_PLANE_K;
+    uint32_t v = 0;        // the next virtual row to prefetch
+    uint32_t span_v0 = 0;  // the span holding row v: its first virtual row,
+    uint32_t span_end = 0; // the virtual row after its last (v == span_end: row v starts the next span)
+    uint64_t block = 0;    // its block (an index into the block table)
+    uintptr_t base = 0;    // the address of row span_v0
+    uintptr_t line = 0;    // the next line of the span not yet fetched
 
-    KVC_KERNEL_TARGET inline void seek(uint64_t pos, uint32_t pl) {
-        block = pos / l->block_size;
-        slot = static_cast<uint32_t>(pos - block * l->block_size);
-        plane = pl;
+    // row v starts a span: where it lives, and how many rows of its part follow it in the same block
+    KVC_KERNEL_TARGET inline void next_span() {
+        uint32_t part = 0, part_end = n, plane = KVC_PLANE_K;
+        uint64_t first = k0; // the part's first position
+        if (v >= n + n) {
+            part = n + n;
+            part_end = n + n + n_next;
+            first = k0 + kSplitKeys;
+        } else if (v >= n) {
+            part = n;
+            part_end = n + n;
+            plane = KVC_PLANE_V;
+        }
+        uint32_t slot = 0;
+        if (v == part) { // a part starts: one division
+            block = first / l->block_size;
+            slot = static_cast<uint32_t>(first - block * l->block_size);
+        } else { // the part goes on at the start of the next block
+            ++block;
+        }
+        span_v0 = v;
+        span_end = std::min(part_end, v + (l->block_size - slot));
+        base = reinterpret_cast<uintptr_t>(l->block_base[table[block]] + kvc_kv_block_offset(l, slot, plane, head, 0));
+        line = base & ~uintptr_t(63);
     }
 
     template <_mm_hint Hint>
     KVC_KERNEL_TARGET inline void fetch_upto(uint32_t target) {
-        for (; v < target; ++v) {
-            if (v == 0) seek(k0, KVC_PLANE_K);
-            else if (v == n) seek(k0, KVC_PLANE_V);
-            else if (v == 2 * n) seek(k0 + kSplitKeys, KVC_PLANE_K);
-            const uintptr_t first = reinterpret_cast<uintptr_t>(l->block_base[table[block]] +
-                                                                kvc_kv_block_offset(l, slot, plane, head, 0));
-            for (uintptr_t line = first & ~uintptr_t(63); line < first + l->row_bytes; line += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(line), Hint);
-            if (++slot == l->block_size) {
-                slot = 0;
-                ++block;
-            }
+        while (v < target) {
+            if (v == span_end) next_span();
+            const uint32_t stop = std::min(target, span_end);
+            const uintptr_t end = base + uintptr_t(stop - span_v0) * l->row_bytes;
+            for (; line < end; line += 64) _mm_prefetch(reinterpret_cast<const char*>(line), Hint);
+            v = stop;
         }
     }
 
     // prefetches every row before virtual index `used + ahead` (used: the row about to be read, plus one)
     KVC_KERNEL_TARGET inline void upto(uint32_t used) {
         const uint32_t target = std::min(used + ahead, 2 * n + n_next);
+        if (target <= v) return;
         if (to_l2) fetch_upto<_MM_HINT_T1>(target);
         else fetch_upto<_MM_HINT_T0>(target);
     }
