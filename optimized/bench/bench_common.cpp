@@ -1,4 +1,5 @@
 #include "bench_common.hpp"
+#include "attention_kernel.hpp"
 
 #include "simd.hpp"
 #include "thread_pool.hpp"
@@ -89,6 +90,15 @@ double median(std::vector<double> xs) {
 }
 
 double fastest(const std::vector<double>& xs) { return xs.empty() ? NAN : *std::min_element(xs.begin(), xs.end()); }
+
+double with_group_paths(bool avx2, bool avx512, const std::function<double()>& run) {
+    opt::set_avx2_group_path(avx2);
+    opt::set_avx512_group_path(avx512);
+    const double seconds = run();
+    opt::set_avx2_group_path(true);
+    opt::set_avx512_group_path(true);
+    return seconds;
+}
 
 std::vector<uint8_t> touched_buffer(size_t bytes) {
     std::vector<uint8_t> b(bytes + 64);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,11 @@ std::vector<uint8_t> touched_buffer(size_t bytes);
 std::unique_ptr<opt::Engine> engine_for(const kvc_config& c, const opt::EngineOptions& o = {});
 kvc_config config(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t dtype, uint32_t block,
                   uint32_t max_seqs, uint32_t rope = KVC_ROPE_NONE);
+
+// Seconds of run() with the kernels' group paths set as given (the AVX2 kernel's, the AVX-512 kernel's), both back
+// on (the default) afterwards. Same bits either way: the A/Bs of the group paths. Process-wide: no kernel may run
+// meanwhile on another thread.
+double with_group_paths(bool avx2, bool avx512, const std::function<double()>& run);
 
 // One line of the closing summary: what was measured, the ratio, its goal ("" when there is none) and a note.
 void report(const std::string& what, double value, const std::string& goal, const std::string& note);

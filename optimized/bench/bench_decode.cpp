@@ -111,24 +111,15 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         const opt::WalkPlan walk0 = opt::avx2_walk();
         std::vector<double> t_walk[kWalks];
         std::vector<double> t_decode, t_stream, t_single, t_direct, t_avx2;
+        const auto decode = [&] { return step.run(*e, &bytes); };
         for (int r = 0; r < reps; ++r) { // interleaved, so drifts in the machine hit both sides alike
             t_stream.push_back(stream_read_seconds(buf.data(), stream_bytes));
             t_decode.push_back(step.run(*e, &bytes));
             e->set_group_heads(false); // A/B: one KV head per kernel call, as before heads were walked together
             t_single.push_back(step.run(*e, &bytes));
             e->set_group_heads(true);
-            if (ab_group) {
-                opt::set_avx2_group_path(false);
-                opt::set_avx512_group_path(false);
-                t_direct.push_back(step.run(*e, &bytes));
-                opt::set_avx2_group_path(true);
-                opt::set_avx512_group_path(true);
-            }
-            if (ab_wide) {
-                opt::set_avx512_group_path(false);
-                t_avx2.push_back(step.run(*e, &bytes));
-                opt::set_avx512_group_path(true);
-            }
+            if (ab_group) t_direct.push_back(with_group_paths(false, false, decode));
+            if (ab_wide) t_avx2.push_back(with_group_paths(true, false, decode));
             for (int a = 0; ab_walk && a < kWalks; ++a) {
                 opt::set_avx2_walk(kOtherWalks[a].plan);
                 t_walk[a].push_back(step.run(*e, &bytes));
@@ -148,18 +139,8 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
                 t1_old_walk.push_back(step.run(*e, &bytes));
                 opt::set_avx2_walk(walk0);
             }
-            if (ab_group) {
-                opt::set_avx2_group_path(false);
-                opt::set_avx512_group_path(false);
-                t1_direct.push_back(step.run(*e, &bytes));
-                opt::set_avx2_group_path(true);
-                opt::set_avx512_group_path(true);
-            }
-            if (ab_wide) {
-                opt::set_avx512_group_path(false);
-                t1_avx2.push_back(step.run(*e, &bytes));
-                opt::set_avx512_group_path(true);
-            }
+            if (ab_group) t1_direct.push_back(with_group_paths(false, false, decode));
+            if (ab_wide) t1_avx2.push_back(with_group_paths(true, false, decode));
         }
         const double bw1_decode = bytes / fastest(t1_decode), bw1_stream = stream_bytes / fastest(t1_stream);
         const double ratio1 = bw1_decode / bw1_stream;

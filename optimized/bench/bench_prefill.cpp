@@ -6,7 +6,6 @@
 // here: the lines say what the group path and the AVX-512 kernel do for prefill.
 #include "bench_common.hpp"
 
-#include "attention_kernel.hpp"
 #include "simd.hpp"
 
 #include <random>
@@ -45,18 +44,8 @@ void prefill(benchmark::State& state, uint32_t group) {
         std::vector<double> t_default, t_direct, t_avx2;
         for (int r = 0; r < kReps; ++r) { // interleaved, so drifts in the machine hit every side alike
             t_default.push_back(run());
-            if (e->uses_simd()) {
-                opt::set_avx2_group_path(false);
-                opt::set_avx512_group_path(false);
-                t_direct.push_back(run());
-                opt::set_avx2_group_path(true);
-                opt::set_avx512_group_path(true);
-            }
-            if (ab_wide) {
-                opt::set_avx512_group_path(false);
-                t_avx2.push_back(run());
-                opt::set_avx512_group_path(true);
-            }
+            if (e->uses_simd()) t_direct.push_back(with_group_paths(false, false, run));
+            if (ab_wide) t_avx2.push_back(with_group_paths(true, false, run));
         }
         // every query row sees its own position and all before it: T (T + 1) / 2 (row, key) pairs per query head
         const double fmas = double(qh) * kHeadDim * 2 * (double(kTokens) * (kTokens + 1) / 2);

@@ -23,6 +23,7 @@
 #endif
 #include "simd.hpp"
 #define KVC_KERNEL_TARGET KVC_TARGET_AVX512
+#define KVC_GROUP_VALUES_SCRATCH 0
 #include "attention_kernel_x86.hpp"
 
 #include <atomic>
@@ -116,6 +117,15 @@ KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float
     }
 }
 
+// The scores of one key pair (one red[p] of dots_x2) into the rows' score buffers: keys j and j + 1.
+template <int R>
+KVC_TARGET_AVX512 inline void scatter_pair(const float* red, float (*sc)[kSplitKeys], uint32_t j) {
+    for (int r = 0; r < R; ++r) {
+        sc[r][j] = red[(r / 4) * 8 + r % 4];
+        sc[r][j + 1] = red[(r / 4) * 8 + 4 + r % 4];
+    }
+}
+
 // Phase 1 of the group path: all R rows at once, 4 keys per register block for 6-8 rows (R x 2 zmm accumulators;
 // 3 x 8 spills them to the stack), 6 for 4-5 rows, then pairs, then a last single key through the shared dots().
 template <uint32_t DT, int R>
@@ -129,19 +139,12 @@ KVC_TARGET_AVX512 void group_scores(const float* const* q, const uint8_t* kp, ui
     for (; i + KJ <= run; i += KJ) {
         pf.upto(j0 + i + KJ);
         dots_x2<DT, R, KP>(q, kp + i * row_bytes, row_bytes, d, scale2, red);
-        for (int p = 0; p < KP; ++p)
-            for (int r = 0; r < R; ++r) {
-                sc[r][j0 + i + 2 * p] = red[p][(r / 4) * 8 + r % 4];
-                sc[r][j0 + i + 2 * p + 1] = red[p][(r / 4) * 8 + 4 + r % 4];
-            }
+        for (int p = 0; p < KP; ++p) scatter_pair<R>(red[p], sc, j0 + i + 2 * p);
     }
     for (; i + 2 <= run; i += 2) {
         pf.upto(j0 + i + 2);
         dots_x2<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale2, red);
-        for (int r = 0; r < R; ++r) {
-            sc[r][j0 + i] = red[0][(r / 4) * 8 + r % 4];
-            sc[r][j0 + i + 1] = red[0][(r / 4) * 8 + 4 + r % 4];
-        }
+        scatter_pair<R>(red[0], sc, j0 + i);
     }
     if (i < run) {
         alignas(32) float out[16];
@@ -212,8 +215,8 @@ KVC_TARGET_AVX512 void group_values(const uint8_t* v, uint64_t row_bytes, uint32
 template <uint32_t DT>
 KVC_TARGET_AVX512 void split_avx512_any(const SplitArgs& a, uint32_t nh, const RowTile* t, uint32_t k0,
                                         SoftmaxState* st) {
-    if (t[0].n < 4 || !g_avx512_group.load(std::memory_order_relaxed))
-        return split_kernel_avx2(DT)(a, nh, t, k0, st);
+    static const SplitKernel avx2 = split_kernel_avx2(DT); // looked up once, not per call
+    if (t[0].n < 4 || !g_avx512_group.load(std::memory_order_relaxed)) return avx2(a, nh, t, k0, st);
     split_rows<DT, 4>(a, nh, t, k0, st);
 }
 

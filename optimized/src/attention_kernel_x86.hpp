@@ -21,6 +21,11 @@
 #ifndef KVC_KERNEL_TARGET
 #error "define KVC_KERNEL_TARGET (KVC_TARGET_AVX2 or KVC_TARGET_AVX512) before including attention_kernel_x86.hpp"
 #endif
+// Whether the including file's group_values uses the L1 scratch `wide` (kPieceKeys x head_dim floats on the kernel's
+// stack): 1 for AVX2, which widens V into it; 0 for AVX-512, which reads V straight from the cache.
+#ifndef KVC_GROUP_VALUES_SCRATCH
+#error "define KVC_GROUP_VALUES_SCRATCH (1: group_values uses the scratch, 0: it does not) before including attention_kernel_x86.hpp"
+#endif
 
 #include "attention_kernel.hpp"
 #include "dtype_convert.hpp"
@@ -330,7 +335,8 @@ KVC_KERNEL_TARGET void group_scores(const float* const* q, const uint8_t* kp, ui
                                     uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0);
 // Phase 4 of the group path for count V rows of one block run that all R rows see: o[r] += sum over keys i < count
 // of p[r][col + i] * v_i, every output element taking its keys in key order (p: the rows' probabilities, one row of
-// the split's score buffer each); `wide` is an L1 scratch of kPieceKeys x dq floats it may use; prefetching
+// the split's score buffer each); `wide` is an L1 scratch of kPieceKeys x dq floats where KVC_GROUP_VALUES_SCRATCH
+// is 1 (else null); prefetching
 // trickles along (row v0 + i).
 template <uint32_t DT, int R>
 KVC_KERNEL_TARGET void group_values(const uint8_t* v, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t dq,
@@ -369,7 +375,8 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     // gate, unmeasured for f32 and 4-row tiles)
     constexpr bool kGroupScores = R >= 4, kWiden = DT != KVC_DTYPE_F32 && R > 4;
     const bool group_path = (kGroupScores || kWiden) && avx2_group_path();
-    alignas(64) float wide[kWiden ? kPieceKeys * kMaxHeadDim : 16]; // the AVX2 hook's scratch (AVX-512: unused)
+    constexpr bool kScratch = kWiden && KVC_GROUP_VALUES_SCRATCH;
+    alignas(64) float wide[kScratch ? kPieceKeys * kMaxHeadDim : 1]; // group_values' scratch, where it takes one
     // keys per visit to a head (the walk, above); any length gives the same bits: every dot product is its own,
     // and phase 4 reloads each output from its state, so the keys still reach each element in order
     const uint32_t visit =
@@ -445,7 +452,8 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
                 bool done = false;
                 if constexpr (kWiden) {
                     if (group_path) {
-                        group_values<DT, R>(vp, L.row_bytes, all_live, d, dq, wide, sch, j, sh, &pf[h], n_max + j);
+                        group_values<DT, R>(vp, L.row_bytes, all_live, d, dq, kScratch ? wide : nullptr, sch, j, sh,
+                                            &pf[h], n_max + j);
                         done = true;
                     }
                 }
