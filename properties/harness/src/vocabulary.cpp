@@ -77,13 +77,27 @@ std::string join(const std::vector<std::string>& v) {
     return s;
 }
 
+// A declared limit: 0 means "no limit", written as null.
+nlohmann::json limit(uint32_t n) { return n == 0 ? nlohmann::json(nullptr) : nlohmann::json(n); }
+
+// " name=value" for every limit that is set, or " none"; then the end of the line.
+void write_limits(std::ostringstream& s, const nlohmann::json& limits) {
+    bool any = false;
+    for (const auto& [k, v] : limits.items())
+        if (!v.is_null()) {
+            s << " " << k << "=" << v.get<uint32_t>();
+            any = true;
+        }
+    if (!any) s << " none";
+    s << "\n";
+}
+
 } // namespace
 
 nlohmann::json caps_to_json(const kvc_caps& caps) {
     std::vector<std::string> ropes = {"none"}; // implied
     for (const std::string& r : bits_to_words(rope_words(), caps.rope_variants, false))
         if (r != "none") ropes.push_back(r);
-    auto limit = [](uint32_t n) { return n == 0 ? nlohmann::json(nullptr) : nlohmann::json(n); };
     return {{"dtypes", bits_to_words(dtype_words(), caps.dtypes, false)},
             {"rope_variants", ropes},
             {"features", bits_to_words(feature_words(), caps.features, true)},
@@ -111,14 +125,7 @@ std::string caps_to_text(const kvc_caps& caps, const std::string& indent) {
       << "; features: " << join(j["features"].get<std::vector<std::string>>()) << "\n";
     s << indent << "precision pipeline: " << j["pipeline_name"].get<std::string>()
       << "; memory space: " << j["memory_space"].get<std::string>() << "; limits:";
-    bool any = false;
-    for (const auto& [k, v] : j["limits"].items())
-        if (!v.is_null()) {
-            s << " " << k << "=" << v.get<uint32_t>();
-            any = true;
-        }
-    if (!any) s << " none";
-    s << "\n";
+    write_limits(s, j["limits"]);
     return s.str();
 }
 
@@ -147,7 +154,6 @@ const std::vector<Word>& weight_format_words() {
 }
 
 nlohmann::json model_caps_to_json(const kvcm_caps& caps) {
-    auto limit = [](uint32_t n) { return n == 0 ? nlohmann::json(nullptr) : nlohmann::json(n); };
     return {{"features", bits_to_words(model_feature_words(), caps.features, true)},
             {"weight_formats", bits_to_words(weight_format_words(), caps.weight_formats, false)},
             {"cache_dtypes", bits_to_words(dtype_words(), caps.cache_dtypes, false)},
@@ -172,14 +178,7 @@ std::string model_caps_to_text(const kvcm_caps& caps, const std::string& indent)
       << "; cache dtypes: " << join(j["cache_dtypes"].get<std::vector<std::string>>())
       << "; rope: " << join(j["rope_variants"].get<std::vector<std::string>>()) << "\n";
     s << indent << "model limits:";
-    bool any = false;
-    for (const auto& [k, v] : j["limits"].items())
-        if (!v.is_null()) {
-            s << " " << k << "=" << v.get<uint32_t>();
-            any = true;
-        }
-    if (!any) s << " none";
-    s << "\n";
+    write_limits(s, j["limits"]);
     return s.str();
 }
 
