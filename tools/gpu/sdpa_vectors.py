@@ -41,6 +41,7 @@ sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python_example"))
 import safetensors_np as st  # noqa: E402  (numpy-only reader and writer)
+import vectors_io  # noqa: E402  (the example's manifest loop)
 
 
 def load_torch():
@@ -214,35 +215,18 @@ def main():
                                        "object of stages)")
     args = ap.parse_args()
 
-    manifest_path = os.path.join(args.vectors, "manifest.json")
-    if not os.path.isfile(manifest_path):
-        print(f"sdpa_vectors.py: {manifest_path} not found (run `kvcheck export` first)", file=sys.stderr)
-        return 2
+    manifest = vectors_io.load_manifest(args.vectors, "sdpa_vectors.py")  # before torch: a bad path fails fast
     torch = load_torch()
     with open(os.path.join(HERE, "sdpa_caps.json")) as f:
         caps = json.load(f)
-    with open(manifest_path) as f:
-        manifest = json.load(f)
-    os.makedirs(args.results, exist_ok=True)
-    ran = skipped = 0
-    for case in manifest["cases"]:
-        if not supported(case, caps):
-            skipped += 1  # no results: kvcheck grades it NOT_SUPPORTED from the declaration below
-            continue
-        run_case(torch, case, args.vectors, args.results, args.backend)
-        ran += 1
-    pipeline = caps["pipeline"]
-    if args.pipeline:
-        try:
-            pipeline = json.loads(args.pipeline)
-        except json.JSONDecodeError:
-            pipeline = args.pipeline
+    ran, skipped = vectors_io.run_cases(
+        manifest, args.results, lambda case: supported(case, caps),
+        lambda case: run_case(torch, case, args.vectors, args.results, args.backend))
+    pipeline = vectors_io.pipeline_arg(args.pipeline) if args.pipeline else caps["pipeline"]
     name = "pytorch-sdpa-cuda" + ("" if args.backend == "auto" else "-" + args.backend)
-    with open(os.path.join(args.results, "manifest.json"), "w") as f:
-        json.dump({"kvcheck_results": 1, "implementation": name,
-                   "version": f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}",
-                   "capabilities": caps["capabilities"], "limits": caps["limits"], "pipeline": pipeline}, f, indent=1)
-        f.write("\n")
+    vectors_io.write_results_manifest(args.results, {
+        "implementation": name, "version": f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}",
+        "capabilities": caps["capabilities"], "limits": caps["limits"], "pipeline": pipeline})
     print(f"{name}: ran {ran} cases, skipped {skipped}; results in {args.results}")
     return 0
 

@@ -40,6 +40,7 @@ from onnx import TensorProto, helper
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python_example"))
 import safetensors_np as st  # noqa: E402  (the example's reader and writer: numpy only)
+import vectors_io  # noqa: E402  (the example's manifest loop)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NP = {"f32": np.float32, "f16": np.float16}
@@ -210,28 +211,15 @@ def main():
 
     with open(os.path.join(HERE, "caps.json")) as f:
         caps = json.load(f)
-    with open(os.path.join(args.vectors, "manifest.json")) as f:
-        manifest = json.load(f)
-    os.makedirs(args.results, exist_ok=True)
-    ran = skipped = 0
-    for case in manifest["cases"]:
-        if not supported(case, caps):
-            skipped += 1  # no results: kvcheck grades it NOT_SUPPORTED from the declaration below
-            continue
-        run_case(case, args.vectors, args.results, args.mode, args.threads)
-        ran += 1
-    pipeline = caps["pipelines"][args.mode]
-    if args.pipeline:
-        try:  # a JSON object of stages, or a preset name (quoted or not)
-            pipeline = json.loads(args.pipeline)
-        except json.JSONDecodeError:
-            pipeline = args.pipeline
+    manifest = vectors_io.load_manifest(args.vectors, "ort_gqa.py")
+    ran, skipped = vectors_io.run_cases(
+        manifest, args.results, lambda case: supported(case, caps),
+        lambda case: run_case(case, args.vectors, args.results, args.mode, args.threads))
+    pipeline = vectors_io.pipeline_arg(args.pipeline) if args.pipeline else caps["pipelines"][args.mode]
     name = "onnxruntime-gqa-cpu-" + args.mode
-    with open(os.path.join(args.results, "manifest.json"), "w") as f:
-        json.dump({"kvcheck_results": 1, "implementation": name,
-                   "version": f"onnxruntime {ort.__version__}, onnx {onnx.__version__}",
-                   "capabilities": caps["capabilities"], "limits": caps["limits"], "pipeline": pipeline}, f, indent=1)
-        f.write("\n")
+    vectors_io.write_results_manifest(args.results, {
+        "implementation": name, "version": f"onnxruntime {ort.__version__}, onnx {onnx.__version__}",
+        "capabilities": caps["capabilities"], "limits": caps["limits"], "pipeline": pipeline})
     print(f"{name}: ran {ran} cases, skipped {skipped}; results in {args.results}")
     return 0
 

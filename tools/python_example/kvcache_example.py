@@ -24,6 +24,7 @@ import sys
 import numpy as np
 
 import safetensors_np as st
+import vectors_io
 
 # What this implementation supports, in the words kvcheck's manifest uses for a case's "requires".
 CAPABILITIES = ["dtype f32", "dtype f16", "dtype bf16", "rope neox", "rope gptj", "gqa", "chunked", "fork", "release",
@@ -213,22 +214,13 @@ def main():
                     help="the rounding pipeline to declare: a preset name or a JSON object of stages (docs/vectors.md)")
     args = ap.parse_args()
 
-    with open(os.path.join(args.vectors, "manifest.json")) as f:
-        manifest = json.load(f)
-    os.makedirs(args.results, exist_ok=True)
-    ran = skipped = 0
-    for case in manifest["cases"]:
-        if not set(case["requires"]) <= set(CAPABILITIES):
-            skipped += 1  # no results: graded NOT_SUPPORTED, since the manifest does not declare it
-            continue
-        run_case(case, args.vectors, args.results, args.bug)
-        ran += 1
+    manifest = vectors_io.load_manifest(args.vectors, "kvcache_example.py")
+    ran, skipped = vectors_io.run_cases(manifest, args.results, lambda case: set(case["requires"]) <= set(CAPABILITIES),
+                                        lambda case: run_case(case, args.vectors, args.results, args.bug))
     name = "numpy-example" + ("-" + args.bug if args.bug else "")
-    pipeline = json.loads(args.pipeline) if args.pipeline.startswith("{") else args.pipeline
-    with open(os.path.join(args.results, "manifest.json"), "w") as f:
-        json.dump({"kvcheck_results": 1, "implementation": name, "version": "1.0", "pipeline": pipeline,
-                   "capabilities": CAPABILITIES}, f, indent=1)
-        f.write("\n")
+    vectors_io.write_results_manifest(args.results, {"implementation": name, "version": "1.0",
+                                                     "pipeline": vectors_io.pipeline_arg(args.pipeline),
+                                                     "capabilities": CAPABILITIES})
     print(f"{name}: ran {ran} cases, skipped {skipped}; results in {args.results}")
     return 0
 
