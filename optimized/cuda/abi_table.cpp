@@ -105,13 +105,9 @@ kvc_status append_attend(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_
 
 kvc_status append_attend_batch(kvc_cache* cache, uint32_t layer, const kvc_batch* b) {
     return guarded(cache, [&](Engine& e) {
-        if (b == nullptr) return e.fail(KVC_ERR_INVALID_ARGUMENT, "append_attend_batch: batch is NULL");
-        if (b->struct_size < sizeof(kvc_batch))
-            return e.fail(KVC_ERR_INVALID_ARGUMENT, "append_attend_batch: batch.struct_size %u is too small",
-                          b->struct_size);
-        if (b->n_seqs == 0) return KVC_OK;
-        if (b->seq_ids == nullptr || b->token_offsets == nullptr)
-            return e.fail(KVC_ERR_INVALID_ARGUMENT, "append_attend_batch: seq_ids or token_offsets is NULL");
+        bool empty = false;
+        if (const kvc::opt::Refusal r = kvc::opt::check_batch_struct(b, &empty); r.refused()) return e.fail(r);
+        if (empty) return KVC_OK;
         return e.append_attend_batch(layer, b->n_seqs, b->seq_ids, b->token_offsets, b->q, b->k, b->v, b->out);
     });
 }

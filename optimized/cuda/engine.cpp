@@ -19,7 +19,7 @@ namespace kvc::cuda {
 namespace {
 
 constexpr uint32_t kDefaultBlockSize = 16, kMaxBlockSize = 65536;
-constexpr uint32_t kMaxLayers = 1024, kMaxHeads = 1024;
+constexpr uint32_t kMaxCount = 1024; // layers, query heads, KV heads
 constexpr uint64_t kFirstArenaBytes = 64 * 1024; // the first arena: 64 KiB of blocks, at most 256 blocks
 constexpr uint64_t kAlign = 256;
 
@@ -85,30 +85,9 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, kvc_status* status, 
         return nullptr;
     };
     if (const std::string why = unavailable_reason(); !why.empty()) return refuse(KVC_ERR_UNSUPPORTED, why);
-    // the CPU engine's checks, word for word where the rule is the same (docs/engine.md, "Calls and bad input")
-    if (c.struct_size < sizeof(kvc_config))
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "config.struct_size " + std::to_string(c.struct_size) +
-                                                    " is smaller than kvc_config of ABI 1.0 (" +
-                                                    std::to_string(sizeof(kvc_config)) + ")");
-    if (c.n_layers == 0 || c.n_q_heads == 0 || c.n_kv_heads == 0 || c.head_dim == 0 || c.max_seqs == 0)
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "n_layers, n_q_heads, n_kv_heads, head_dim and max_seqs must be >= 1");
-    if (c.n_q_heads % c.n_kv_heads != 0)
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "n_q_heads (" + std::to_string(c.n_q_heads) +
-                                                    ") is not a multiple of n_kv_heads (" +
-                                                    std::to_string(c.n_kv_heads) + ")");
-    if (c.cache_dtype > KVC_DTYPE_BF16)
-        return refuse(KVC_ERR_UNSUPPORTED, "cache_dtype " + std::to_string(c.cache_dtype) + " is not f32, f16 or bf16");
-    if (c.rope > KVC_ROPE_GPTJ) return refuse(KVC_ERR_UNSUPPORTED, "rope variant " + std::to_string(c.rope) + " is unknown");
-    if (c.rope != KVC_ROPE_NONE && c.head_dim % 2 != 0)
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "RoPE needs an even head_dim (got " + std::to_string(c.head_dim) + ")");
-    if (c.rope != KVC_ROPE_NONE && !(std::isfinite(c.rope_theta) && c.rope_theta > 0.0f))
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "rope_theta must be positive and finite");
-    if (!std::isfinite(c.scale)) return refuse(KVC_ERR_INVALID_ARGUMENT, "scale must be finite");
-    if (c.head_dim > kMaxHeadDim)
-        return refuse(KVC_ERR_UNSUPPORTED, "head_dim " + std::to_string(c.head_dim) + " exceeds max_head_dim " +
-                                               std::to_string(kMaxHeadDim));
-    if (c.n_layers > kMaxLayers || c.n_q_heads > kMaxHeads || c.n_kv_heads > kMaxHeads)
-        return refuse(KVC_ERR_UNSUPPORTED, "more layers or heads than the declared limits (1024)");
+    // the CPU engine's checks (abi_checks.hpp, shared)
+    if (const opt::Refusal r = opt::check_config(c, kMaxHeadDim, kMaxCount); r.refused())
+        return refuse(r.status, r.message);
 
     std::unique_ptr<Engine> e(new (std::nothrow) Engine());
     if (!e) return refuse(KVC_ERR_OUT_OF_MEMORY, "allocation failed");
@@ -152,6 +131,15 @@ Engine::~Engine() {
 const Engine::Stream* Engine::find(uint32_t seq, uint32_t layer) const {
     auto it = seqs_.find(seq);
     return it == seqs_.end() ? nullptr : &it->second.layers[layer];
+}
+
+opt::CacheView Engine::view() const {
+    return opt::CacheView{&cfg_, max_tokens_,
+                          [this](uint32_t seq, uint32_t layer) -> uint64_t {
+                              const Stream* s = find(seq, layer);
+                              return s ? s->length : 0;
+                          },
+                          [this](uint32_t seq) { return seqs_.count(seq) != 0; }};
 }
 
 uint64_t Engine::blocks_needed(const Stream& s, uint32_t n) const {
@@ -234,27 +222,9 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
                                        float* out) {
     const char* op = "append_attend";
     // phase 1: check everything before anything changes
-    if (layer >= cfg_.n_layers)
-        return fail(KVC_ERR_INVALID_ARGUMENT, "%s: layer %u out of range (n_layers %u)", op, layer, cfg_.n_layers);
     uint64_t total = 0;
-    for (uint32_t i = 0; i < n_seqs; ++i) {
-        const uint32_t seq = seq_ids[i];
-        if (seq >= cfg_.max_seqs)
-            return fail(KVC_ERR_INVALID_ARGUMENT, "%s: sequence %u out of range (max_seqs %u)", op, seq, cfg_.max_seqs);
-        if (offsets[i + 1] < offsets[i])
-            return fail(KVC_ERR_INVALID_ARGUMENT, "%s: token_offsets decrease at sequence index %u", op, i);
-        for (uint32_t j = 0; j < i; ++j)
-            if (seq_ids[j] == seq)
-                return fail(KVC_ERR_INVALID_ARGUMENT, "%s: sequence %u appears twice in one batch", op, seq);
-        const uint32_t n = offsets[i + 1] - offsets[i];
-        const Stream* s = find(seq, layer);
-        const uint64_t len = s ? s->length : 0;
-        if (len + n > max_tokens_)
-            return fail(KVC_ERR_OUT_OF_MEMORY, "%s: %u new tokens on sequence %u layer %u (holding %llu) exceed max_tokens %llu",
-                        op, n, seq, layer, static_cast<unsigned long long>(len),
-                        static_cast<unsigned long long>(max_tokens_));
-        total += n;
-    }
+    if (const opt::Refusal r = opt::check_streams(op, layer, n_seqs, seq_ids, offsets, view(), &total); r.refused())
+        return fail(r);
     if (total == 0) return KVC_OK;
     if (q == nullptr || k == nullptr || v == nullptr || out == nullptr)
         return fail(KVC_ERR_INVALID_ARGUMENT, "%s: q, k, v and out must not be NULL when tokens are appended", op);
@@ -407,18 +377,9 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
 }
 
 kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
-    if (seq >= cfg_.max_seqs)
-        return fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: sequence %u out of range (max_seqs %u)", seq, cfg_.max_seqs);
-    if (layer >= cfg_.n_layers)
-        return fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: layer %u out of range (n_layers %u)", layer, cfg_.n_layers);
-    const Stream* s = find(seq, layer);
-    const uint64_t len = s ? s->length : 0;
-    if (static_cast<uint64_t>(pos) + n > len)
-        return fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: rows %u..%llu of sequence %u layer %u, which holds %llu", pos,
-                    static_cast<unsigned long long>(static_cast<uint64_t>(pos) + n) - 1, seq, layer,
-                    static_cast<unsigned long long>(len));
+    if (const opt::Refusal r = opt::check_read_kv(seq, layer, pos, n, k_out, v_out, view()); r.refused()) return fail(r);
     if (n == 0) return KVC_OK;
-    if (k_out == nullptr || v_out == nullptr) return fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: k_out or v_out is NULL");
+    const Stream* s = find(seq, layer);
     if (cudaSetDevice(device_) != cudaSuccess) return fail(KVC_ERR_INTERNAL, "read_kv: cudaSetDevice failed");
     const uint64_t bytes = static_cast<uint64_t>(n) * geometry_.n_kv_heads * geometry_.row_bytes;
     Carve cv;
@@ -443,21 +404,14 @@ kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t 
 }
 
 kvc_status Engine::seq_length(uint32_t seq, uint32_t layer, uint32_t* length) {
-    if (seq >= cfg_.max_seqs)
-        return fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: sequence %u out of range (max_seqs %u)", seq, cfg_.max_seqs);
-    if (layer >= cfg_.n_layers)
-        return fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: layer %u out of range (n_layers %u)", layer, cfg_.n_layers);
-    if (length == nullptr) return fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: length is NULL");
+    if (const opt::Refusal r = opt::check_seq_length(seq, layer, length, view()); r.refused()) return fail(r);
     const Stream* s = find(seq, layer);
     *length = s ? s->length : 0;
     return KVC_OK;
 }
 
 kvc_status Engine::memory(kvc_memory* out) {
-    if (out == nullptr) return fail(KVC_ERR_INVALID_ARGUMENT, "memory: out is NULL");
-    if (out->struct_size < offsetof(kvc_memory, workspace_bytes))
-        return fail(KVC_ERR_INVALID_ARGUMENT, "memory: struct_size %u is smaller than kvc_memory of ABI 1.0",
-                    out->struct_size);
+    if (const opt::Refusal r = opt::check_memory_out(out); r.refused()) return fail(r);
     uint64_t tokens = 0; // sum over (seq, layer) of length: a shared block counts for every sequence
     for (const auto& [id, sq] : seqs_)
         for (const Stream& s : sq.layers) tokens += s.length;
@@ -466,25 +420,14 @@ kvc_status Engine::memory(kvc_memory* out) {
     out->live_bytes = 2 * tokens * geometry_.n_kv_heads * geometry_.row_bytes;
     out->capacity_bytes = capacity;
     out->pool_bytes = arena_bytes_ - capacity; // free blocks and the arena's block-address array
-    if (out->struct_size >= sizeof(kvc_memory))
+    if (opt::kvc_memory_has_workspace(out))
         out->workspace_bytes = kWorkspaceBytes + (inv_freq_ ? cfg_.head_dim / 2 * sizeof(double) : 0);
     return KVC_OK;
 }
 
 kvc_status Engine::fork(uint32_t parent, uint32_t child) {
-    if (parent >= cfg_.max_seqs || child >= cfg_.max_seqs)
-        return fail(KVC_ERR_INVALID_ARGUMENT, "fork: sequence %u or %u out of range (max_seqs %u)", parent, child,
-                    cfg_.max_seqs);
-    if (parent == child) return fail(KVC_ERR_INVALID_ARGUMENT, "fork: parent and child are both %u", parent);
-    if (auto c = seqs_.find(child); c != seqs_.end())
-        for (uint32_t l = 0; l < cfg_.n_layers; ++l)
-            if (c->second.layers[l].length != 0)
-                return fail(KVC_ERR_INVALID_ARGUMENT, "fork: child %u is not empty (layer %u holds %u tokens)", child, l,
-                            c->second.layers[l].length);
-    auto p = seqs_.find(parent);
-    if (p == seqs_.end())
-        return fail(KVC_ERR_INVALID_ARGUMENT, "fork: parent %u holds no tokens (never started or released)", parent);
-    Sequence copy = p->second; // may throw: nothing has changed yet
+    if (const opt::Refusal r = opt::check_fork(parent, child, view()); r.refused()) return fail(r);
+    Sequence copy = seqs_.at(parent); // may throw: nothing has changed yet
     seqs_[child] = std::move(copy);
     for (const Stream& s : seqs_[child].layers) // full blocks and the partial last block are now shared
         for (uint32_t id : s.blocks) ++refcount_[id];
@@ -492,11 +435,8 @@ kvc_status Engine::fork(uint32_t parent, uint32_t child) {
 }
 
 kvc_status Engine::release(uint32_t seq) {
-    if (seq >= cfg_.max_seqs)
-        return fail(KVC_ERR_INVALID_ARGUMENT, "release: sequence %u out of range (max_seqs %u)", seq, cfg_.max_seqs);
+    if (const opt::Refusal r = opt::check_release(seq, view()); r.refused()) return fail(r);
     auto it = seqs_.find(seq);
-    if (it == seqs_.end())
-        return fail(KVC_ERR_INVALID_ARGUMENT, "release: sequence %u holds no tokens (never started or released)", seq);
     for (const Stream& s : it->second.layers)
         for (uint32_t id : s.blocks) drop_block(id);
     seqs_.erase(it);

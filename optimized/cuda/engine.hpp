@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kvcheck/abi.h"
+#include "kvcheck/optimized/abi_checks.hpp"
 #include "kvcheck/optimized/kv_layout.h"
 
 #include <cuda_runtime.h>
@@ -38,6 +39,7 @@ public:
     kvc_status release(uint32_t seq);
     const char* last_error() const { return error_; }
     kvc_status fail(kvc_status s, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+    kvc_status fail(const opt::Refusal& r) { return fail(r.status, "%s", r.message.c_str()); }
 
     static constexpr uint64_t kWorkspaceBytes = 8ull << 20; // fixed per-call scratch, allocated by create
 
@@ -59,6 +61,7 @@ private:
     };
 
     const Stream* find(uint32_t seq, uint32_t layer) const;
+    opt::CacheView view() const; // what the shared argument checks (abi_checks.hpp) read of this engine
     uint64_t blocks_needed(const Stream& s, uint32_t n) const;
     bool reserve_blocks(uint64_t n);    // grows the arena so that n more blocks can be taken
     uint32_t take_block();

@@ -16,7 +16,7 @@ namespace kvc::opt {
 namespace {
 
 constexpr uint32_t kMaxBlockSize = 65536;
-constexpr uint32_t kMaxLayers = 1024, kMaxHeads = 1024;
+constexpr uint32_t kMaxCount = 1024; // layers, query heads, KV heads
 
 // A failed call must leave the cache as it was, and exceptions must not cross the C ABI: every public method runs
 // its body through here.
@@ -51,30 +51,7 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
         if (error) *error = why;
         return nullptr;
     };
-    if (c.struct_size < sizeof(kvc_config))
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "config.struct_size " + std::to_string(c.struct_size) +
-                                                    " is smaller than kvc_config of ABI 1.0 (" +
-                                                    std::to_string(sizeof(kvc_config)) + ")");
-    if (c.n_layers == 0 || c.n_q_heads == 0 || c.n_kv_heads == 0 || c.head_dim == 0 || c.max_seqs == 0)
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "n_layers, n_q_heads, n_kv_heads, head_dim and max_seqs must be >= 1");
-    if (c.n_q_heads % c.n_kv_heads != 0)
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "n_q_heads (" + std::to_string(c.n_q_heads) +
-                                                    ") is not a multiple of n_kv_heads (" +
-                                                    std::to_string(c.n_kv_heads) + ")");
-    if (c.cache_dtype > KVC_DTYPE_BF16)
-        return refuse(KVC_ERR_UNSUPPORTED, "cache_dtype " + std::to_string(c.cache_dtype) + " is not f32, f16 or bf16");
-    if (c.rope > KVC_ROPE_GPTJ)
-        return refuse(KVC_ERR_UNSUPPORTED, "rope variant " + std::to_string(c.rope) + " is unknown");
-    if (c.rope != KVC_ROPE_NONE && c.head_dim % 2 != 0)
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "RoPE needs an even head_dim (got " + std::to_string(c.head_dim) + ")");
-    if (c.rope != KVC_ROPE_NONE && !(std::isfinite(c.rope_theta) && c.rope_theta > 0.0f))
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "rope_theta must be positive and finite");
-    if (!std::isfinite(c.scale)) return refuse(KVC_ERR_INVALID_ARGUMENT, "scale must be finite");
-    if (c.head_dim > kMaxHeadDim)
-        return refuse(KVC_ERR_UNSUPPORTED, "head_dim " + std::to_string(c.head_dim) + " exceeds max_head_dim " +
-                                               std::to_string(kMaxHeadDim));
-    if (c.n_layers > kMaxLayers || c.n_q_heads > kMaxHeads || c.n_kv_heads > kMaxHeads)
-        return refuse(KVC_ERR_UNSUPPORTED, "more layers or heads than the declared limits (1024)");
+    if (const Refusal r = check_config(c, kMaxHeadDim, kMaxCount); r.refused()) return refuse(r.status, r.message);
 
     // The hint is a wish: 0 means "yours", and a very large one is capped.
     const uint32_t b = c.block_size_hint == 0 ? kDefaultBlockSize : std::min(c.block_size_hint, kMaxBlockSize);
@@ -125,13 +102,9 @@ kvc_status Engine::append(uint32_t seq, uint32_t layer, uint32_t n_new, const fl
 
 kvc_status Engine::append_attend_batch(uint32_t layer, const kvc_batch* b) {
     Impl& im = *impl_;
-    if (b == nullptr) return im.fail(KVC_ERR_INVALID_ARGUMENT, "append_attend_batch: batch is NULL");
-    if (b->struct_size < sizeof(kvc_batch))
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "append_attend_batch: batch.struct_size %u is too small",
-                       b->struct_size);
-    if (b->n_seqs == 0) return KVC_OK;
-    if (b->seq_ids == nullptr || b->token_offsets == nullptr)
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "append_attend_batch: seq_ids or token_offsets is NULL");
+    bool empty = false;
+    if (const Refusal r = check_batch_struct(b, &empty); r.refused()) return im.fail(r);
+    if (empty) return KVC_OK;
     return guarded(im, [&] {
         return im.run(layer, b->n_seqs, b->seq_ids, b->token_offsets, b->q, b->k, b->v, b->out, true);
     });
@@ -141,25 +114,8 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
                              const float* q, const float* k, const float* v, float* out, bool attend) {
     const char* op = attend ? "append_attend" : "append";
     // phase 1: check everything before anything changes
-    if (layer >= cfg.n_layers) return fail(KVC_ERR_INVALID_ARGUMENT, "%s: layer %u out of range (n_layers %u)", op, layer, cfg.n_layers);
     uint64_t total = 0;
-    for (uint32_t i = 0; i < n_seqs; ++i) {
-        const uint32_t seq = seq_ids[i];
-        if (seq >= cfg.max_seqs)
-            return fail(KVC_ERR_INVALID_ARGUMENT, "%s: sequence %u out of range (max_seqs %u)", op, seq, cfg.max_seqs);
-        if (offsets[i + 1] < offsets[i])
-            return fail(KVC_ERR_INVALID_ARGUMENT, "%s: token_offsets decrease at sequence index %u", op, i);
-        for (uint32_t j = 0; j < i; ++j)
-            if (seq_ids[j] == seq)
-                return fail(KVC_ERR_INVALID_ARGUMENT, "%s: sequence %u appears twice in one batch", op, seq);
-        const uint32_t n = offsets[i + 1] - offsets[i];
-        const Stream* s = find(seq, layer);
-        const uint64_t len = s ? s->length : 0;
-        if (len + n > max_tokens)
-            return fail(KVC_ERR_OUT_OF_MEMORY, "%s: %u new tokens on sequence %u layer %u (holding %llu) exceed max_tokens %llu",
-                        op, n, seq, layer, static_cast<unsigned long long>(len), static_cast<unsigned long long>(max_tokens));
-        total += n;
-    }
+    if (const Refusal r = check_streams(op, layer, n_seqs, seq_ids, offsets, view(), &total); r.refused()) return fail(r);
     if (total == 0) return KVC_OK; // n_new == 0 is a no-op
     if (k == nullptr || v == nullptr || (attend && (q == nullptr || out == nullptr)))
         return fail(KVC_ERR_INVALID_ARGUMENT, "%s: q, k, v and out must not be NULL when tokens are appended", op);
@@ -239,18 +195,9 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
 
 kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
     Impl& im = *impl_;
-    if (seq >= im.cfg.max_seqs)
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: sequence %u out of range (max_seqs %u)", seq, im.cfg.max_seqs);
-    if (layer >= im.cfg.n_layers)
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: layer %u out of range (n_layers %u)", layer, im.cfg.n_layers);
-    const Stream* s = im.find(seq, layer);
-    const uint64_t len = s ? s->length : 0;
-    if (static_cast<uint64_t>(pos) + n > len)
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: rows %u..%llu of sequence %u layer %u, which holds %llu",
-                       pos, static_cast<unsigned long long>(static_cast<uint64_t>(pos) + n) - 1, seq, layer,
-                       static_cast<unsigned long long>(len));
+    if (const Refusal r = check_read_kv(seq, layer, pos, n, k_out, v_out, im.view()); r.refused()) return im.fail(r);
     if (n == 0) return KVC_OK;
-    if (k_out == nullptr || v_out == nullptr) return im.fail(KVC_ERR_INVALID_ARGUMENT, "read_kv: k_out or v_out is NULL");
+    const Stream* s = im.find(seq, layer);
     const kvc_kv_layout l = im.layout();
     const uint64_t row = l.row_bytes;
     for (uint32_t i = 0; i < n; ++i)
@@ -264,11 +211,7 @@ kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t 
 
 kvc_status Engine::seq_length(uint32_t seq, uint32_t layer, uint32_t* length) {
     Impl& im = *impl_;
-    if (seq >= im.cfg.max_seqs)
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: sequence %u out of range (max_seqs %u)", seq, im.cfg.max_seqs);
-    if (layer >= im.cfg.n_layers)
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: layer %u out of range (n_layers %u)", layer, im.cfg.n_layers);
-    if (length == nullptr) return im.fail(KVC_ERR_INVALID_ARGUMENT, "seq_length: length is NULL");
+    if (const Refusal r = check_seq_length(seq, layer, length, im.view()); r.refused()) return im.fail(r);
     const Stream* s = im.find(seq, layer);
     *length = s ? s->length : 0;
     return KVC_OK;
@@ -276,10 +219,7 @@ kvc_status Engine::seq_length(uint32_t seq, uint32_t layer, uint32_t* length) {
 
 kvc_status Engine::memory(kvc_memory* out) {
     Impl& im = *impl_;
-    if (out == nullptr) return im.fail(KVC_ERR_INVALID_ARGUMENT, "memory: out is NULL");
-    if (out->struct_size < sizeof(kvc_memory))
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "memory: struct_size %u is smaller than kvc_memory of ABI 1.0",
-                       out->struct_size);
+    if (const Refusal r = check_memory_out(out); r.refused()) return im.fail(r);
     uint64_t tokens = 0; // sum over (seq, layer) of length: a shared block counts for every sequence
     for (const auto& [id, sq] : im.seqs)
         for (const Stream& s : sq.layers) tokens += s.length;
@@ -288,26 +228,18 @@ kvc_status Engine::memory(kvc_memory* out) {
     out->live_bytes = 2 * tokens * im.row_elems() * im.elem_bytes;
     out->capacity_bytes = capacity;
     out->pool_bytes = im.pool.held_bytes() - capacity;
+    // No workspace: a call's scratch (the attention plan's states, the rotated queries) is freed before it returns.
+    // The block tables (4 bytes per block) grow with the tokens, so they are no workspace, which must be constant:
+    // they are bookkeeping of the K/V storage, small enough for the harness's heap slack.
+    if (kvc_memory_has_workspace(out)) out->workspace_bytes = 0;
     return KVC_OK;
 }
 
 kvc_status Engine::fork(uint32_t parent, uint32_t child) {
     Impl& im = *impl_;
-    if (parent >= im.cfg.max_seqs || child >= im.cfg.max_seqs)
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "fork: sequence %u or %u out of range (max_seqs %u)", parent, child,
-                       im.cfg.max_seqs);
-    if (parent == child) return im.fail(KVC_ERR_INVALID_ARGUMENT, "fork: parent and child are both %u", parent);
-    if (auto c = im.seqs.find(child); c != im.seqs.end())
-        for (uint32_t l = 0; l < im.cfg.n_layers; ++l)
-            if (c->second.layers[l].length != 0)
-                return im.fail(KVC_ERR_INVALID_ARGUMENT, "fork: child %u is not empty (layer %u holds %u tokens)", child,
-                               l, c->second.layers[l].length);
+    if (const Refusal r = check_fork(parent, child, im.view()); r.refused()) return im.fail(r);
     return guarded(im, [&] {
-        auto p = im.seqs.find(parent);
-        if (p == im.seqs.end()) // the ABI forks started sequences only
-            return im.fail(KVC_ERR_INVALID_ARGUMENT, "fork: parent %u holds no tokens (never started or released)",
-                           parent);
-        Sequence copy = p->second;              // may throw: nothing has changed yet
+        Sequence copy = im.seqs.at(parent);     // may throw: nothing has changed yet
         auto c = im.seqs.try_emplace(child).first;
         c->second = std::move(copy);
         for (const Stream& s : c->second.layers) // full blocks and the partial last block are now shared
@@ -318,12 +250,8 @@ kvc_status Engine::fork(uint32_t parent, uint32_t child) {
 
 kvc_status Engine::release(uint32_t seq) {
     Impl& im = *impl_;
-    if (seq >= im.cfg.max_seqs)
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "release: sequence %u out of range (max_seqs %u)", seq, im.cfg.max_seqs);
+    if (const Refusal r = check_release(seq, im.view()); r.refused()) return im.fail(r);
     auto it = im.seqs.find(seq);
-    if (it == im.seqs.end()) // the ABI releases started sequences only
-        return im.fail(KVC_ERR_INVALID_ARGUMENT, "release: sequence %u holds no tokens (never started or released)",
-                       seq);
     for (const Stream& s : it->second.layers)
         for (uint32_t id : s.blocks) im.pool.drop(id);
     im.seqs.erase(it);

@@ -2,6 +2,7 @@
 // engine.cpp checks input at the boundary and runs calls; append.cpp is the only code that writes K/V.
 #pragma once
 
+#include "kvcheck/optimized/abi_checks.hpp"
 #include "kvcheck/optimized/engine.hpp"
 
 #include "attention_kernel.hpp"
@@ -57,6 +58,17 @@ struct Engine::Impl {
         return it == seqs.end() ? nullptr : &it->second.layers[layer];
     }
     uint64_t row_elems() const { return static_cast<uint64_t>(cfg.n_kv_heads) * cfg.head_dim; }
+    // What the shared argument checks (abi_checks.hpp) read of this engine.
+    CacheView view() const {
+        return CacheView{&cfg, max_tokens,
+                         [this](uint32_t seq, uint32_t layer) -> uint64_t {
+                             const Stream* s = find(seq, layer);
+                             return s ? s->length : 0;
+                         },
+                         [this](uint32_t seq) { return seqs.count(seq) != 0; }};
+    }
+    // fail() with a refusal's status and message.
+    kvc_status fail(const Refusal& r) { return fail(r.status, "%s", r.message.c_str()); }
 
     // One call's new tokens for one stream (append.cpp).
     struct Pending {

@@ -7,6 +7,9 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
+#include <cstring>
+
 namespace kvc::test {
 namespace {
 
@@ -91,6 +94,31 @@ TEST(Abi, RoundTripThroughTheTable) {
     }
 }
 
+// A harness of ABI 1.0 passes kvc_memory without workspace_bytes (ABI 1.1): it is served, and nothing is written past
+// its struct. (Until 2026-12-02 the CPU engine refused it while its message said the size was that of ABI 1.0.)
+TEST(Abi, MemoryServesACallerOfAbi10) {
+    for (kvc_entry_fn entry : {kvc_cpu_engine_entry, kvc_cpu_engine_sealed_entry}) {
+        const kvc_plugin_api* api = entry(1, 0);
+        const kvc_config c = make_config(4, 2, 8, KVC_DTYPE_F16, 4);
+        kvc_cache* cache = nullptr;
+        ASSERT_EQ(api->create(&c, &cache), KVC_OK) << api->last_error(nullptr);
+        const std::vector<float> q(3 * 32, 0.25f), k(3 * 16, 1.0f), v(3 * 16, 2.0f);
+        std::vector<float> out(3 * 32);
+        ASSERT_EQ(api->append_attend(cache, 1, 0, 3, q.data(), k.data(), v.data(), out.data()), KVC_OK);
+        kvc_memory m;
+        std::memset(&m, 0xab, sizeof m);
+        m.struct_size = offsetof(kvc_memory, workspace_bytes);
+        const uint64_t untouched = m.workspace_bytes;
+        EXPECT_EQ(api->memory(cache, &m), KVC_OK) << api->last_error(cache);
+        EXPECT_EQ(m.live_bytes, 2u * 3 * 2 * 8 * 2);
+        EXPECT_EQ(m.workspace_bytes, untouched) << "written past an ABI 1.0 struct";
+        m.struct_size = offsetof(kvc_memory, workspace_bytes) - 1; // smaller than any ABI's
+        EXPECT_EQ(api->memory(cache, &m), KVC_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(api->last_error(cache)).find("struct_size"), std::string::npos);
+        api->destroy(cache);
+    }
+}
+
 // The MODULE build (build/lib/libkvcheck_cpu_engine_plugin.so) loads with dlopen and exports the entry symbol,
 // and nothing of the engine's internals.
 TEST(Abi, LoadableModuleExportsTheEntrySymbol) {
@@ -111,6 +139,11 @@ TEST(Abi, LoadableModuleExportsTheEntrySymbol) {
     }
     EXPECT_EQ(dlsym(so, "kvc_cpu_engine_entry"), nullptr) << "internal symbols leak from the module";
     dlclose(so);
+    // The call above started the module's thread pool, which outlives the cache: the module must stay mapped after
+    // dlclose (linked with -z nodelete), or those threads run unmapped code and crash the process.
+    void* still = dlopen(KVCHECK_CPU_PLUGIN_PATH, RTLD_NOW | RTLD_NOLOAD);
+    EXPECT_NE(still, nullptr) << "the plugin was unmapped by dlclose while its worker threads live";
+    if (still) dlclose(still);
 }
 
 } // namespace
