@@ -79,7 +79,7 @@ cudart=$(readlink -f /usr/local/cuda/lib64/libcudart.so.13 2>/dev/null || true)
 strip --strip-unneeded "$dest"/bin/* "$dest"/lib/libkvcheck*.so 2> /dev/null || true
 cp tools/gpu/run.sh "$dest/run.sh"
 cp tools/gpu/*.py tools/gpu/*.json "$dest/tools/gpu/"
-cp tools/python_example/safetensors_np.py "$dest/tools/python_example/"
+cp tools/python_example/safetensors_np.py tools/python_example/vectors_io.py "$dest/tools/python_example/"
 {
   echo "kvcheck GPU bundle"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (plus uncommitted changes)')"

@@ -39,7 +39,7 @@ public:
     kvc_status release(uint32_t seq);
     const char* last_error() const { return error_; }
     kvc_status fail(kvc_status s, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-    kvc_status fail(const opt::Refusal& r) { return fail(r.status, "%s", r.message.c_str()); }
+    kvc_status fail(const opt::Refusal& r) { return fail(r.status, "%s", r.message); }
 
     static constexpr uint64_t kWorkspaceBytes = 8ull << 20; // fixed per-call scratch, allocated by create
 

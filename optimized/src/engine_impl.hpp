@@ -68,7 +68,7 @@ struct Engine::Impl {
                          [this](uint32_t seq) { return seqs.count(seq) != 0; }};
     }
     // fail() with a refusal's status and message.
-    kvc_status fail(const Refusal& r) { return fail(r.status, "%s", r.message.c_str()); }
+    kvc_status fail(const Refusal& r) { return fail(r.status, "%s", r.message); }
 
     // One call's new tokens for one stream (append.cpp).
     struct Pending {

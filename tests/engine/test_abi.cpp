@@ -112,6 +112,9 @@ TEST(Abi, MemoryServesACallerOfAbi10) {
         EXPECT_EQ(api->memory(cache, &m), KVC_OK) << api->last_error(cache);
         EXPECT_EQ(m.live_bytes, 2u * 3 * 2 * 8 * 2);
         EXPECT_EQ(m.workspace_bytes, untouched) << "written past an ABI 1.0 struct";
+        m.struct_size = sizeof m; // ABI 1.1: the CPU engine declares no workspace
+        EXPECT_EQ(api->memory(cache, &m), KVC_OK) << api->last_error(cache);
+        EXPECT_EQ(m.workspace_bytes, 0u);
         m.struct_size = offsetof(kvc_memory, workspace_bytes) - 1; // smaller than any ABI's
         EXPECT_EQ(api->memory(cache, &m), KVC_ERR_INVALID_ARGUMENT);
         EXPECT_NE(std::string(api->last_error(cache)).find("struct_size"), std::string::npos);

@@ -219,10 +219,10 @@ def main():
     torch = load_torch()
     with open(os.path.join(HERE, "sdpa_caps.json")) as f:
         caps = json.load(f)
+    pipeline = vectors_io.pipeline_arg(args.pipeline, "sdpa_vectors.py") if args.pipeline else caps["pipeline"]
     ran, skipped = vectors_io.run_cases(
         manifest, args.results, lambda case: supported(case, caps),
         lambda case: run_case(torch, case, args.vectors, args.results, args.backend))
-    pipeline = vectors_io.pipeline_arg(args.pipeline) if args.pipeline else caps["pipeline"]
     name = "pytorch-sdpa-cuda" + ("" if args.backend == "auto" else "-" + args.backend)
     vectors_io.write_results_manifest(args.results, {
         "implementation": name, "version": f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}",

@@ -212,10 +212,10 @@ def main():
     with open(os.path.join(HERE, "caps.json")) as f:
         caps = json.load(f)
     manifest = vectors_io.load_manifest(args.vectors, "ort_gqa.py")
+    pipeline = vectors_io.pipeline_arg(args.pipeline, "ort_gqa.py") if args.pipeline else caps["pipelines"][args.mode]
     ran, skipped = vectors_io.run_cases(
         manifest, args.results, lambda case: supported(case, caps),
         lambda case: run_case(case, args.vectors, args.results, args.mode, args.threads))
-    pipeline = vectors_io.pipeline_arg(args.pipeline) if args.pipeline else caps["pipelines"][args.mode]
     name = "onnxruntime-gqa-cpu-" + args.mode
     vectors_io.write_results_manifest(args.results, {
         "implementation": name, "version": f"onnxruntime {ort.__version__}, onnx {onnx.__version__}",

@@ -215,11 +215,12 @@ def main():
     args = ap.parse_args()
 
     manifest = vectors_io.load_manifest(args.vectors, "kvcache_example.py")
+    pipeline = vectors_io.pipeline_arg(args.pipeline, "kvcache_example.py")  # before any work: a typo fails fast
     ran, skipped = vectors_io.run_cases(manifest, args.results, lambda case: set(case["requires"]) <= set(CAPABILITIES),
                                         lambda case: run_case(case, args.vectors, args.results, args.bug))
     name = "numpy-example" + ("-" + args.bug if args.bug else "")
     vectors_io.write_results_manifest(args.results, {"implementation": name, "version": "1.0",
-                                                     "pipeline": vectors_io.pipeline_arg(args.pipeline),
+                                                     "pipeline": pipeline,
                                                      "capabilities": CAPABILITIES})
     print(f"{name}: ran {ran} cases, skipped {skipped}; results in {args.results}")
     return 0

@@ -19,6 +19,9 @@ def load_manifest(vectors_dir, prog):
             manifest = json.load(f)
         if not isinstance(manifest, dict) or not isinstance(manifest.get("cases"), list):
             raise ValueError('no "cases" list')
+        for i, case in enumerate(manifest["cases"]):
+            if not isinstance(case, dict) or not isinstance(case.get("requires"), list):
+                raise ValueError(f'case {i} is not an object with a "requires" list')
         return manifest
     except (OSError, ValueError) as e:
         print(f"{prog}: cannot use {path}: {e} (run `kvcheck export --out {vectors_dir}` first)", file=sys.stderr)
@@ -38,12 +41,17 @@ def run_cases(manifest, results_dir, supported, run_case):
     return ran, skipped
 
 
-def pipeline_arg(text):
-    """A --pipeline value: a JSON object of stages, or a preset name, quoted or not."""
+def pipeline_arg(text, prog):
+    """A --pipeline value: a JSON object of stages, or a preset name, quoted or not. Text that starts like an object
+    but is not one ends the program with a message and exit code 2 (it would otherwise pass for a preset name)."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        if text.lstrip().startswith("{"):
+            print(f"{prog}: --pipeline is not a JSON object: {e}", file=sys.stderr)
+            sys.exit(2)
         return text
+    return value if isinstance(value, (dict, str)) else text
 
 
 def write_results_manifest(results_dir, fields):

@@ -14,28 +14,30 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
-#include <string>
 
 namespace kvc::opt {
 
+// No heap: checks run outside the engines' exception guards, and no exception may cross the ABI.
 struct Refusal {
     kvc_status status = KVC_OK;
-    std::string message; // empty when status is KVC_OK
+    char message[512] = ""; // empty when status is KVC_OK
 
     bool refused() const { return status != KVC_OK; }
 };
 
 inline Refusal refuse(kvc_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 inline Refusal refuse(kvc_status status, const char* fmt, ...) {
-    char text[512];
+    Refusal r;
+    r.status = status;
     va_list ap;
     va_start(ap, fmt);
-    std::vsnprintf(text, sizeof text, fmt, ap);
+    std::vsnprintf(r.message, sizeof r.message, fmt, ap);
     va_end(ap);
-    return Refusal{status, text};
+    return r;
 }
 
-// What the checks read of an engine.
+// What the checks read of an engine. Each engine passes lambdas that capture one pointer: std::function keeps
+// those in place (no allocation).
 struct CacheView {
     const kvc_config* cfg = nullptr;
     uint64_t max_tokens = 0;                                // per stream (sequence, layer)
