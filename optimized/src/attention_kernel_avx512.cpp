@@ -87,32 +87,34 @@ KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float
                                                                      float (*red)[16]) {
     static_assert(R <= 8 && R * KP + KP + 1 <= 32, "accumulators, K chunks and one q chunk fit the 32 registers");
     __m512 acc[R * KP];
-    for (int i = 0; i < R * KP; ++i) acc[i] = _mm512_setzero_ps();
+    KVC_UNROLL for (int i = 0; i < R * KP; ++i) acc[i] = _mm512_setzero_ps();
     const uint32_t full = d / 8, tail = d % 8;
     constexpr uint32_t eb = elem_bytes<DT>();
     const uint8_t* key[2 * KP]; // the rows' addresses once, so that a chunk's loads share one index
-    for (int kj = 0; kj < 2 * KP; ++kj) key[kj] = k + kj * row_bytes;
+    KVC_UNROLL for (int kj = 0; kj < 2 * KP; ++kj) key[kj] = k + kj * row_bytes;
     for (uint32_t c = 0; c < full; ++c) {
         __m512 kv[KP];
-        for (int p = 0; p < KP; ++p) kv[p] = load8x2<DT>(key[2 * p] + c * 8 * eb, key[2 * p + 1] + c * 8 * eb);
-        for (int r = 0; r < R; ++r) {
+        KVC_UNROLL for (int p = 0; p < KP; ++p)
+            kv[p] = load8x2<DT>(key[2 * p] + c * 8 * eb, key[2 * p + 1] + c * 8 * eb);
+        KVC_UNROLL for (int r = 0; r < R; ++r) {
             const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[r] + 8 * c));
-            for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
+            KVC_UNROLL for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
         }
     }
     if (tail) { // q rows are zero-padded to a multiple of 8
         __m512 kv[KP];
-        for (int p = 0; p < KP; ++p)
+        KVC_UNROLL for (int p = 0; p < KP; ++p)
             kv[p] = _mm512_insertf32x8(_mm512_castps256_ps512(load_tail<DT>(key[2 * p] + full * 8 * eb, tail)),
                                        load_tail<DT>(key[2 * p + 1] + full * 8 * eb, tail), 1);
-        for (int r = 0; r < R; ++r) {
+        KVC_UNROLL for (int r = 0; r < R; ++r) {
             const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[r] + 8 * full));
-            for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
+            KVC_UNROLL for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
         }
     }
-    for (int p = 0; p < KP; ++p) { // the rows of one key pair through the tree together (the lanes never mix)
+    // the rows of one key pair through the tree together (the lanes never mix)
+    KVC_UNROLL for (int p = 0; p < KP; ++p) {
         __m512 z[8];
-        for (int r = 0; r < 8; ++r) z[r] = r < R ? acc[r * KP + p] : _mm512_setzero_ps();
+        KVC_UNROLL for (int r = 0; r < 8; ++r) z[r] = r < R ? acc[r * KP + p] : _mm512_setzero_ps();
         _mm512_store_ps(red[p], _mm512_mul_ps(reduce8_halves(z), scale));
     }
 }
@@ -157,24 +159,31 @@ KVC_TARGET_AVX512 void group_scores(const float* const* q, const uint8_t* kp, ui
 // o[r][c0 .. c0 + 16 CP) += p[r][col + i] * v_i[...] for keys i in order, straight from the cached rows, R x CP zmm
 // accumulators; the first pass also trickles the prefetcher along.
 template <uint32_t DT, int R, int CP>
-KVC_TARGET_AVX512 inline void accumulate_pass16(const uint8_t* v, uint64_t row_bytes, uint32_t count,
-                                                const float (*p)[kSplitKeys], uint32_t col, SoftmaxState* st,
-                                                uint32_t c0, RowPrefetcher* pf, uint32_t v0) {
+KVC_TARGET_AVX512 inline __attribute__((always_inline)) void accumulate_pass16(const uint8_t* v, uint64_t row_bytes,
+                                                                               uint32_t count,
+                                                                               const float (*p)[kSplitKeys],
+                                                                               uint32_t col, SoftmaxState* st,
+                                                                               uint32_t c0, RowPrefetcher* pf,
+                                                                               uint32_t v0) {
     __m512 acc[R][CP];
-    for (int r = 0; r < R; ++r)
-        for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_loadu_ps(st[r].o + c0 + 16 * cc);
-    for (uint32_t i = 0; i < count; ++i) {
-        if (pf) pf->upto(v0 + i + 1);
-        const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
-        __m512 vv[CP];
-        for (int cc = 0; cc < CP; ++cc) vv[cc] = load16<DT>(row + 16 * cc * elem_bytes<DT>());
-        for (int r = 0; r < R; ++r) {
-            const __m512 pr = _mm512_set1_ps(p[r][col + i]);
-            for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_fmadd_ps(pr, vv[cc], acc[r][cc]);
+    KVC_UNROLL for (int r = 0; r < R; ++r)
+        KVC_UNROLL for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_loadu_ps(st[r].o + c0 + 16 * cc);
+    const uint32_t group = pf ? kTrickleRows : count; // without prefetching, one flat loop
+    for (uint32_t i0 = 0; i0 < count; i0 += group) {
+        const uint32_t i1 = std::min(count, i0 + group);
+        if (pf) pf->upto(v0 + i1);
+        for (uint32_t i = i0; i < i1; ++i) {
+            const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
+            __m512 vv[CP];
+            KVC_UNROLL for (int cc = 0; cc < CP; ++cc) vv[cc] = load16<DT>(row + 16 * cc * elem_bytes<DT>());
+            KVC_UNROLL for (int r = 0; r < R; ++r) {
+                const __m512 pr = _mm512_set1_ps(p[r][col + i]);
+                KVC_UNROLL for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_fmadd_ps(pr, vv[cc], acc[r][cc]);
+            }
         }
     }
-    for (int r = 0; r < R; ++r)
-        for (int cc = 0; cc < CP; ++cc) _mm512_storeu_ps(st[r].o + c0 + 16 * cc, acc[r][cc]);
+    KVC_UNROLL for (int r = 0; r < R; ++r)
+        KVC_UNROLL for (int cc = 0; cc < CP; ++cc) _mm512_storeu_ps(st[r].o + c0 + 16 * cc, acc[r][cc]);
 }
 
 // One piece, straight from the cache, 32 then 16 elements at a time, then a chunk of 8 in 256-bit registers and the

@@ -131,8 +131,11 @@ struct RowPrefetcher {
     uintptr_t base = 0;    // the address of row span_v0
     uintptr_t line = 0;    // the next line of the span not yet fetched
 
+    // Every method is forced inline: a call from a kernel loop clobbers every vector register, so the caller's
+    // accumulators went to the stack around it (the calls were 12 % of an MHA decode in cache, Zen 3, 2026-12-02).
+
     // row v starts a span: where it lives, and how many rows of its part follow it in the same block
-    KVC_KERNEL_TARGET inline void next_span() {
+    KVC_KERNEL_TARGET inline __attribute__((always_inline)) void next_span() {
         uint32_t part = 0, part_end = n, plane = KVC_PLANE_K;
         uint64_t first = k0; // the part's first position
         if (v >= n + n) {
@@ -158,7 +161,7 @@ struct RowPrefetcher {
     }
 
     template <_mm_hint Hint>
-    KVC_KERNEL_TARGET inline void fetch_upto(uint32_t target) {
+    KVC_KERNEL_TARGET inline __attribute__((always_inline)) void fetch_upto(uint32_t target) {
         while (v < target) {
             if (v == span_end) next_span();
             const uint32_t stop = std::min(target, span_end);
@@ -169,7 +172,7 @@ struct RowPrefetcher {
     }
 
     // prefetches every row before virtual index `used + ahead` (used: the row about to be read, plus one)
-    KVC_KERNEL_TARGET inline void upto(uint32_t used) {
+    KVC_KERNEL_TARGET inline __attribute__((always_inline)) void upto(uint32_t used) {
         const uint32_t target = std::min(used + ahead, 2 * n + n_next);
         if (target <= v) return;
         if (to_l2) fetch_upto<_MM_HINT_T1>(target);
@@ -185,29 +188,36 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) void dots(const float* c
     static_assert(R * KJ <= 12, "12 accumulators");
     constexpr int N = R * KJ;
     __m256 acc[N]; // exactly N: a 16-wide array was zero-filled in memory (rep stos) wherever dots was not inlined
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
+    KVC_UNROLL for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
     const uint32_t full = d / 8, tail = d % 8;
     for (uint32_t c = 0; c < full; ++c) {
+        if constexpr (R == 1) { // each K chunk used once: widen it where it is used (8 held chunks would spill)
+            const __m256 qv = _mm256_loadu_ps(q[0] + 8 * c);
+            KVC_UNROLL for (int kj = 0; kj < KJ; ++kj)
+                acc[kj] = _mm256_fmadd_ps(qv, load8<DT>(k + kj * row_bytes + c * 8 * elem_bytes<DT>()), acc[kj]);
+            continue;
+        }
         __m256 kv[KJ];
-        for (int kj = 0; kj < KJ; ++kj) kv[kj] = load8<DT>(k + kj * row_bytes + c * 8 * elem_bytes<DT>());
-        for (int r = 0; r < R; ++r) {
+        KVC_UNROLL for (int kj = 0; kj < KJ; ++kj) kv[kj] = load8<DT>(k + kj * row_bytes + c * 8 * elem_bytes<DT>());
+        KVC_UNROLL for (int r = 0; r < R; ++r) {
             const __m256 qv = _mm256_loadu_ps(q[r] + 8 * c);
-            for (int kj = 0; kj < KJ; ++kj) acc[r * KJ + kj] = _mm256_fmadd_ps(qv, kv[kj], acc[r * KJ + kj]);
+            KVC_UNROLL for (int kj = 0; kj < KJ; ++kj) acc[r * KJ + kj] = _mm256_fmadd_ps(qv, kv[kj], acc[r * KJ + kj]);
         }
     }
     if (tail) { // q rows are zero-padded to a multiple of 8
         __m256 kv[KJ];
-        for (int kj = 0; kj < KJ; ++kj) kv[kj] = load_tail<DT>(k + kj * row_bytes + full * 8 * elem_bytes<DT>(), tail);
-        for (int r = 0; r < R; ++r) {
+        KVC_UNROLL for (int kj = 0; kj < KJ; ++kj)
+            kv[kj] = load_tail<DT>(k + kj * row_bytes + full * 8 * elem_bytes<DT>(), tail);
+        KVC_UNROLL for (int r = 0; r < R; ++r) {
             const __m256 qv = _mm256_loadu_ps(q[r] + 8 * full);
-            for (int kj = 0; kj < KJ; ++kj) acc[r * KJ + kj] = _mm256_fmadd_ps(qv, kv[kj], acc[r * KJ + kj]);
+            KVC_UNROLL for (int kj = 0; kj < KJ; ++kj) acc[r * KJ + kj] = _mm256_fmadd_ps(qv, kv[kj], acc[r * KJ + kj]);
         }
     }
     __m256 lo[8], hi[8]; // the accumulators padded with zeros to 8 (or 16) for the fixed tree
-    for (int i = 0; i < 8; ++i) lo[i] = i < N ? acc[i] : _mm256_setzero_ps();
+    KVC_UNROLL for (int i = 0; i < 8; ++i) lo[i] = i < N ? acc[i] : _mm256_setzero_ps();
     _mm256_storeu_ps(out, _mm256_mul_ps(reduce8(lo), scale));
     if constexpr (N > 8) {
-        for (int i = 0; i < 8; ++i) hi[i] = 8 + i < N ? acc[8 + i] : _mm256_setzero_ps();
+        KVC_UNROLL for (int i = 0; i < 8; ++i) hi[i] = 8 + i < N ? acc[8 + i] : _mm256_setzero_ps();
         _mm256_storeu_ps(out + 8, _mm256_mul_ps(reduce8(hi), scale));
     }
 }
@@ -252,25 +262,43 @@ KVC_KERNEL_TARGET inline void score_run_kj(const float* const* q, const uint8_t*
     }
 }
 
+// The V loops advance the prefetcher every kTrickleRows keys, from a loop around the key loop: a prefetch branch
+// inside the key loop (with the prefetcher's own loops) made GCC keep the accumulators on the stack.
+constexpr uint32_t kTrickleRows = 4;
+
 // o[r] += sum over keys i < count of p[r][i] * v_i, for R rows that all see every one of these keys. Accumulators
 // stay in registers for CP chunks of 8 at a time while the keys stream by; per element the FMAs still run in key
 // order, exactly as the row-by-row path does.
 template <uint32_t DT, int R, int CP>
-KVC_KERNEL_TARGET inline void accumulate_pass(const uint8_t* v, uint64_t row_bytes, uint32_t count, const float* const* p,
-                                            SoftmaxState* st, uint32_t c0, RowPrefetcher* pf, uint32_t v0) {
+KVC_KERNEL_TARGET inline __attribute__((always_inline)) void accumulate_pass(const uint8_t* v, uint64_t row_bytes,
+                                                                           uint32_t count, const float* const* p,
+                                                                           SoftmaxState* st, uint32_t c0,
+                                                                           RowPrefetcher* pf, uint32_t v0) {
     __m256 acc[R][CP];
-    for (int r = 0; r < R; ++r)
-        for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm256_loadu_ps(st[r].o + c0 + 8 * cc);
-    for (uint32_t i = 0; i < count; ++i) {
-        if (pf) pf->upto(v0 + i + 1); // first pass only
-        const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
-        for (int cc = 0; cc < CP; ++cc) {
-            const __m256 vv = load8<DT>(row + 8 * cc * elem_bytes<DT>());
-            for (int r = 0; r < R; ++r) acc[r][cc] = _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + i), vv, acc[r][cc]);
+    KVC_UNROLL for (int r = 0; r < R; ++r)
+        KVC_UNROLL for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm256_loadu_ps(st[r].o + c0 + 8 * cc);
+    const uint32_t group = pf ? kTrickleRows : count; // without prefetching, one flat loop
+    for (uint32_t i0 = 0; i0 < count; i0 += group) {
+        const uint32_t i1 = std::min(count, i0 + group);
+        if (pf) pf->upto(v0 + i1); // first pass only
+        for (uint32_t i = i0; i < i1; ++i) {
+            const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
+            // each row's probability broadcast once per key where CP chunks reuse it (registers allow: R x CP
+            // accumulators + R + 1 <= 16); for one chunk, broadcast where used
+            constexpr bool kHoist = CP > 1 && R * CP + R + 1 <= 16;
+            __m256 pb[kHoist ? R : 1];
+            if constexpr (kHoist) {
+                KVC_UNROLL for (int r = 0; r < R; ++r) pb[r] = _mm256_broadcast_ss(p[r] + i);
+            }
+            KVC_UNROLL for (int cc = 0; cc < CP; ++cc) {
+                const __m256 vv = load8<DT>(row + 8 * cc * elem_bytes<DT>());
+                KVC_UNROLL for (int r = 0; r < R; ++r)
+                    acc[r][cc] = _mm256_fmadd_ps(kHoist ? pb[r] : _mm256_broadcast_ss(p[r] + i), vv, acc[r][cc]);
+            }
         }
     }
-    for (int r = 0; r < R; ++r)
-        for (int cc = 0; cc < CP; ++cc) _mm256_storeu_ps(st[r].o + c0 + 8 * cc, acc[r][cc]);
+    KVC_UNROLL for (int r = 0; r < R; ++r)
+        KVC_UNROLL for (int cc = 0; cc < CP; ++cc) _mm256_storeu_ps(st[r].o + c0 + 8 * cc, acc[r][cc]);
 }
 
 // The zero-padded tail chunk of V (the last d % 8 elements), key by key: o[r][8 (d / 8) ..] += p[r][i] * v_i.
