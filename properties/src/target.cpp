@@ -73,7 +73,9 @@ Target load_plugin(const std::string& path) {
     if (!std::ifstream(path).good()) throw LoadError(path + ": cannot open the file");
     // A bare file name would make dlopen search the library path instead of opening the file the user named.
     const std::string file = path.find('/') == std::string::npos ? "./" + path : path;
-    void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // RTLD_NODELETE: the last Target's dlclose must not unmap the library. A plugin may keep threads (a pool) that
+    // outlive its caches; unmapped, their next instruction is a crash of the harness's process, after a verdict.
+    void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!handle) {
         const char* err = dlerror();
         throw LoadError(path + ": not a loadable shared library (" + (err ? err : "dlopen failed") + ")");

@@ -8,6 +8,8 @@
 #include "implementations.hpp"
 #include "kvcheck/properties/runner.hpp"
 
+#include <dlfcn.h>
+
 namespace {
 
 using namespace kvc::prop;
@@ -123,6 +125,35 @@ TEST_P(Lifecycle, EveryCommandKeepsEveryProperty) {
         });
     });
     EXPECT_TRUE(ok);
+}
+
+// The life of the plugin's library itself: once the last Target is gone, the library stays mapped (load_plugin opens
+// it with RTLD_NODELETE), so threads a plugin keeps past its caches never run unmapped code in the harness's process.
+// Each ctest entry is its own process, so nothing else holds the double here; without the flag it is unmapped.
+TEST(PluginLibrary, StaysMappedAfterTheLastTargetIsGone) {
+    const std::string path = kvc::testing::double_path("correct");
+    if (void* earlier = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD)) { // a whole-binary run: another test loaded it
+        dlclose(earlier);
+        GTEST_SKIP() << "the double is already loaded in this process (run this test on its own, as ctest does)";
+    }
+    {
+        const Target t = load_plugin(path);
+        kvc_cache* c = nullptr;
+        kvc_config cfg{};
+        cfg.struct_size = sizeof cfg;
+        cfg.n_layers = 1;
+        cfg.n_q_heads = cfg.n_kv_heads = 1;
+        cfg.head_dim = 4;
+        cfg.cache_dtype = KVC_DTYPE_F32;
+        cfg.max_seqs = 1;
+        cfg.max_tokens = 4;
+        cfg.scale = 0.5f;
+        ASSERT_EQ(t.api->create(&cfg, &c), KVC_OK);
+        t.api->destroy(c);
+    }
+    void* still = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    EXPECT_NE(still, nullptr) << "the plugin's library was unmapped when its last Target went away";
+    if (still) dlclose(still);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllImplementations, Lifecycle, ::testing::ValuesIn(kvc::testing::implementation_names()),

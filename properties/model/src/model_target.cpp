@@ -70,7 +70,8 @@ ModelTarget ModelTarget::from_entry(kvcm_entry_fn entry) {
 }
 
 ModelTarget ModelTarget::from_library(const std::string& path) {
-    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // RTLD_NODELETE, as properties/src/target.cpp: threads the library keeps must not run unmapped code
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (h == nullptr) {
         const char* e = dlerror();
         throw TargetError("cannot load " + path + ": " + (e ? e : "unknown error"));
@@ -85,7 +86,8 @@ ModelTarget ModelTarget::from_library(const std::string& path) {
 }
 
 bool ModelTarget::library_exports_model_entry(const std::string& path) {
-    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // its constructors run here too, and may start threads: never unmapped (RTLD_NODELETE)
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (h == nullptr) return false;
     const bool found = dlsym(h, KVCM_ENTRY_SYMBOL) != nullptr;
     dlclose(h);

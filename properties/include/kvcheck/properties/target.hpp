@@ -35,8 +35,9 @@ struct Target {
 // (PluginMisbehaved for a write past kvc_caps). Runs plugin code: the CLI calls it only in a child process.
 Target target_from_entry(kvc_entry_fn entry, const std::string& origin);
 
-// dlopen()s path (its constructors run), looks up KVC_ENTRY_SYMBOL, refuses a symbol that is not a function, then
-// target_from_entry. Throws LoadError.
+// dlopen()s path (its constructors run; RTLD_NODELETE: the library stays mapped for the rest of the process, so that
+// threads it keeps never run unmapped code), looks up KVC_ENTRY_SYMBOL, refuses a symbol that is not a function,
+// then target_from_entry. Throws LoadError.
 Target load_plugin(const std::string& path);
 
 } // namespace kvc::prop
