@@ -161,8 +161,9 @@ void report(const std::string& what, double value, const std::string& goal, cons
 }
 
 void print_machine() {
-    std::printf("kvcheck_bench on %s (%u threads), kernels %s\n", cpu_label().c_str(),
-                std::thread::hardware_concurrency(), opt::kernel_isa());
+    std::printf("kvcheck_bench on %s (%u threads), kernels %s, walk: %s\n", cpu_label().c_str(),
+                std::thread::hardware_concurrency(), opt::kernel_isa(),
+                opt::avx2_walk().interleave_heads ? "heads interleaved" : "whole runs");
 }
 
 void print_summary() {

@@ -77,6 +77,7 @@ struct WalkPlan {
     bool prefetch_to_l2 = true;   // prefetcht1 (into L2); false: prefetcht0 (into L1), as before 2026-12-01
     bool interleave_heads = true; // tiles of 1-3 rows: visit each head for at most prefetch_rows keys at a time
 };
+// The plan in use: at start, this machine's default (interleave_heads off on AMD cores without AVX-512).
 void set_avx2_walk(const WalkPlan& plan);
 WalkPlan avx2_walk();
 // The AVX-512 kernel's 512-bit group path (on by default). Off: that kernel runs the AVX2 kernel for every tile, as

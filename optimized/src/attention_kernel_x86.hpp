@@ -105,7 +105,9 @@ KVC_KERNEL_TARGET inline __m256 exp_nonpositive(__m256 x) {
 //    the call: a head's prefetcher then runs a whole round of heads ahead of its use, as it does at 16-token
 //    blocks, instead of 16 rows. 256-token blocks, MHA, one thread: 19.1 -> 23.5 GB/s (visits of 32 keys: 19.8).
 //    Tiles of 4+ rows keep whole runs: there the compute per byte is 8x larger, and shorter visits cost 5 %
-//    (more 1-key tails of the 4 x 3 score blocks).
+//    (more 1-key tails of the 4 x 3 score blocks). AMD cores without AVX-512 (Zen 2, Zen 3) keep whole runs for every
+//    tile: there whole runs took 0.85-0.88 of the visits' time at 256-token blocks (machine_walk,
+//    attention_kernel_avx2.cpp).
 constexpr WalkPlan kDefaultWalk{};
 
 
@@ -171,7 +173,8 @@ struct RowPrefetcher {
         }
     }
 
-    // prefetches every row before virtual index `used + ahead` (used: the row about to be read, plus one)
+    // prefetches every row before virtual index `used + ahead` (used: the row about to be read, plus one; the V loops
+    // pass the end of their group of kTrickleRows keys, so there the lead is ahead to ahead + 3 rows)
     KVC_KERNEL_TARGET inline __attribute__((always_inline)) void upto(uint32_t used) {
         const uint32_t target = std::min(used + ahead, 2 * n + n_next);
         if (target <= v) return;

@@ -50,6 +50,20 @@ bool cpu_has_avx512() {
 #endif
 }
 
+bool cpu_is_amd() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool yes = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+        // the vendor string is EBX, EDX, ECX: "Auth" "enti" "cAMD"
+        return ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+    }();
+    return yes;
+#else
+    return false;
+#endif
+}
+
 const char* kernel_isa(bool simd_allowed) {
     if (!simd_allowed || !cpu_has_avx2_f16c()) return "portable";
     return cpu_has_avx512() ? "AVX-512+AVX2+FMA+F16C" : "AVX2+FMA+F16C";

@@ -156,7 +156,7 @@ TEST(KernelPaths, GroupPathMatchesDirectPathBitwise) {
 TEST(KernelPaths, EveryWalkGivesTheSameBits) {
     if (!opt::cpu_has_avx2_f16c()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C: the AVX2 kernel cannot run here";
     SwitchesRestored restore;
-    // the default first; visits of 1, 3, 16 and 100 keys, whole runs, prefetching into L1 or L2 (or nothing ahead)
+    // kDefaultWalk first; visits of 1, 3, 16 and 100 keys, whole runs, prefetching into L1 or L2 (or nothing ahead)
     const opt::WalkPlan walks[] = {{16, true, true},  {1, true, true},    {3, false, true},
                                    {100, true, true}, {16, true, false},  {0, false, false}};
     Rng rng(test_seed(20261202));
