@@ -40,6 +40,9 @@ constexpr OtherWalk kOtherWalks[] = {
      [](opt::WalkPlan w) { return opt::WalkPlan{32, w.prefetch_to_l2, w.interleave_heads}; }},
 };
 constexpr int kWalks = sizeof kOtherWalks / sizeof kOtherWalks[0];
+constexpr int kWholeRuns = 2, kHeadsInterleaved = 3; // their places above
+static_assert(std::string_view(kOtherWalks[kWholeRuns].label) == "whole runs", "kWholeRuns names its walk");
+static_assert(std::string_view(kOtherWalks[kHeadsInterleaved].label) == "heads interleaved", "and kHeadsInterleaved");
 
 struct Shape {
     uint32_t seqs = kSeqs, tokens = kTokens, q_heads = kKvHeads, kv_heads = kKvHeads, block = kBlock;
@@ -138,13 +141,17 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         const double ratio = bw_decode / bw_stream;
         // the same on one core each: what a core achieves whatever else runs on the machine
         e->set_threads(1);
-        std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk, t1_avx2;
+        std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk, t1_other_heads, t1_avx2;
+        // the head walk the default does not use (whole runs or heads interleaved): the choice per machine kind
+        const OtherWalk& other_heads = kOtherWalks[walk0.interleave_heads ? kWholeRuns : kHeadsInterleaved];
         for (int r = 0; r < reps; ++r) { // as many as on all cores: one core of a shared host is the noisier side
             t1_stream.push_back(stream_read_seconds(buf.data(), stream_bytes, 1));
             t1_decode.push_back(step.run(*e, &bytes));
             if (ab_walk) {
                 opt::set_avx2_walk(kOtherWalks[0].from_default(walk0));
                 t1_old_walk.push_back(step.run(*e, &bytes));
+                opt::set_avx2_walk(other_heads.from_default(walk0));
+                t1_other_heads.push_back(step.run(*e, &bytes));
                 opt::set_avx2_walk(walk0);
             }
             if (ab_group) t1_direct.push_back(with_group_paths(false, false, decode));
@@ -189,6 +196,10 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
                           fastest(t1_old_walk) * 1e3);
             report(std::string("1. ... ") + kOtherWalks[0].label + ", one thread: time / default's",
                    fastest(t1_old_walk) / fastest(t1_decode), "", note);
+            std::snprintf(note, sizeof note, "one thread, %s: %.1f ms/step", other_heads.what,
+                          fastest(t1_other_heads) * 1e3);
+            report(std::string("1. ... ") + other_heads.label + ", one thread: time / default's",
+                   fastest(t1_other_heads) / fastest(t1_decode), "", note);
         }
         if (ab_group) {
             std::snprintf(note, sizeof note, "one thread, direct path: %.1f ms/step", fastest(t1_direct) * 1e3);

@@ -168,20 +168,15 @@ KVC_TARGET_AVX512 inline __attribute__((always_inline)) void accumulate_pass16(c
     __m512 acc[R][CP];
     KVC_UNROLL for (int r = 0; r < R; ++r)
         KVC_UNROLL for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_loadu_ps(st[r].o + c0 + 16 * cc);
-    const uint32_t group = pf ? kTrickleRows : count; // without prefetching, one flat loop
-    for (uint32_t i0 = 0; i0 < count; i0 += group) {
-        const uint32_t i1 = std::min(count, i0 + group);
-        if (pf) pf->upto(v0 + i1);
-        for (uint32_t i = i0; i < i1; ++i) {
-            const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
-            __m512 vv[CP];
-            KVC_UNROLL for (int cc = 0; cc < CP; ++cc) vv[cc] = load16<DT>(row + 16 * cc * elem_bytes<DT>());
-            KVC_UNROLL for (int r = 0; r < R; ++r) {
-                const __m512 pr = _mm512_set1_ps(p[r][col + i]);
-                KVC_UNROLL for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_fmadd_ps(pr, vv[cc], acc[r][cc]);
-            }
+    trickle_keys(count, pf, v0, [&](uint32_t i) KVC_KEY_BODY {
+        const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
+        __m512 vv[CP];
+        KVC_UNROLL for (int cc = 0; cc < CP; ++cc) vv[cc] = load16<DT>(row + 16 * cc * elem_bytes<DT>());
+        KVC_UNROLL for (int r = 0; r < R; ++r) {
+            const __m512 pr = _mm512_set1_ps(p[r][col + i]);
+            KVC_UNROLL for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_fmadd_ps(pr, vv[cc], acc[r][cc]);
         }
-    }
+    });
     KVC_UNROLL for (int r = 0; r < R; ++r)
         KVC_UNROLL for (int cc = 0; cc < CP; ++cc) _mm512_storeu_ps(st[r].o + c0 + 16 * cc, acc[r][cc]);
 }

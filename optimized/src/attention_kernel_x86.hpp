@@ -269,6 +269,23 @@ KVC_KERNEL_TARGET inline void score_run_kj(const float* const* q, const uint8_t*
 // inside the key loop (with the prefetcher's own loops) made GCC keep the accumulators on the stack.
 constexpr uint32_t kTrickleRows = 4;
 
+// key(i) for the keys i = 0 .. count - 1 in order; with a prefetcher (the first pass over these rows) it advances to
+// row v0 + i1 before each group of kTrickleRows keys, without one the keys are one flat loop (in groups of 4 it
+// cost 5 % of a GQA step: measured). The body is a lambda that must be inlined (attribute KVC_KEY_BODY), or its
+// captured accumulators would live on the stack.
+template <class KeyBody>
+KVC_KERNEL_TARGET inline __attribute__((always_inline)) void trickle_keys(uint32_t count, RowPrefetcher* pf,
+                                                                        uint32_t v0, const KeyBody& key) {
+    const uint32_t group = pf ? kTrickleRows : count;
+    for (uint32_t i0 = 0; i0 < count; i0 += group) {
+        const uint32_t i1 = std::min(count, i0 + group);
+        if (pf) pf->upto(v0 + i1);
+        for (uint32_t i = i0; i < i1; ++i) key(i);
+    }
+}
+// A key body's attributes: the kernel's target (a lambda does not inherit its enclosing function's) and inlined.
+#define KVC_KEY_BODY KVC_KERNEL_TARGET __attribute__((always_inline))
+
 // o[r] += sum over keys i < count of p[r][i] * v_i, for R rows that all see every one of these keys. Accumulators
 // stay in registers for CP chunks of 8 at a time while the keys stream by; per element the FMAs still run in key
 // order, exactly as the row-by-row path does.
@@ -277,29 +294,24 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) void accumulate_pass(con
                                                                            uint32_t count, const float* const* p,
                                                                            SoftmaxState* st, uint32_t c0,
                                                                            RowPrefetcher* pf, uint32_t v0) {
+    // each row's probability broadcast once per key where CP chunks reuse it (registers allow: R x CP accumulators
+    // + R + 1 <= 16); for one chunk, broadcast where used
+    constexpr bool kHoist = CP > 1 && R * CP + R + 1 <= 16;
     __m256 acc[R][CP];
     KVC_UNROLL for (int r = 0; r < R; ++r)
         KVC_UNROLL for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm256_loadu_ps(st[r].o + c0 + 8 * cc);
-    const uint32_t group = pf ? kTrickleRows : count; // without prefetching, one flat loop
-    for (uint32_t i0 = 0; i0 < count; i0 += group) {
-        const uint32_t i1 = std::min(count, i0 + group);
-        if (pf) pf->upto(v0 + i1); // first pass only
-        for (uint32_t i = i0; i < i1; ++i) {
-            const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
-            // each row's probability broadcast once per key where CP chunks reuse it (registers allow: R x CP
-            // accumulators + R + 1 <= 16); for one chunk, broadcast where used
-            constexpr bool kHoist = CP > 1 && R * CP + R + 1 <= 16;
-            __m256 pb[kHoist ? R : 1];
-            if constexpr (kHoist) {
-                KVC_UNROLL for (int r = 0; r < R; ++r) pb[r] = _mm256_broadcast_ss(p[r] + i);
-            }
-            KVC_UNROLL for (int cc = 0; cc < CP; ++cc) {
-                const __m256 vv = load8<DT>(row + 8 * cc * elem_bytes<DT>());
-                KVC_UNROLL for (int r = 0; r < R; ++r)
-                    acc[r][cc] = _mm256_fmadd_ps(kHoist ? pb[r] : _mm256_broadcast_ss(p[r] + i), vv, acc[r][cc]);
-            }
+    trickle_keys(count, pf, v0, [&](uint32_t i) KVC_KEY_BODY {
+        const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
+        __m256 pb[kHoist ? R : 1];
+        if constexpr (kHoist) {
+            KVC_UNROLL for (int r = 0; r < R; ++r) pb[r] = _mm256_broadcast_ss(p[r] + i);
         }
-    }
+        KVC_UNROLL for (int cc = 0; cc < CP; ++cc) {
+            const __m256 vv = load8<DT>(row + 8 * cc * elem_bytes<DT>());
+            KVC_UNROLL for (int r = 0; r < R; ++r)
+                acc[r][cc] = _mm256_fmadd_ps(kHoist ? pb[r] : _mm256_broadcast_ss(p[r] + i), vv, acc[r][cc]);
+        }
+    });
     KVC_UNROLL for (int r = 0; r < R; ++r)
         KVC_UNROLL for (int cc = 0; cc < CP; ++cc) _mm256_storeu_ps(st[r].o + c0 + 8 * cc, acc[r][cc]);
 }
