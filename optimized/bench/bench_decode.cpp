@@ -81,8 +81,11 @@ struct DecodeStep {
         for (uint32_t s = 0; s <= sh.seqs; ++s) offsets.push_back(s);
         for (uint32_t s = 0; s < sh.seqs; ++s) ids.push_back(s);
     }
-    // One decode step of every sequence (one new token each); returns seconds and the K/V bytes it read.
-    double run(opt::Engine& e, uint64_t* bytes) {
+    // One decode step of every sequence (one new token each); returns seconds per K/V byte it read (last_bytes).
+    // Per byte, because every step adds a token: over a benchmark's few hundred steps a 512-token cache grows by
+    // more than half, and the fastest step's time against the last step's bytes overstated its speed (until
+    // 2026-12-02). Per byte, steps of any length compare fairly with each other and with the streaming read.
+    double run(opt::Engine& e) {
         kvc_batch b{sizeof(kvc_batch), sh.seqs, ids.data(), offsets.data(), q.data(), k.data(), v.data(), out.data()};
         const double t0 = now_s();
         if (e.append_attend_batch(0, &b) != KVC_OK) std::exit(1);
@@ -93,10 +96,11 @@ struct DecodeStep {
             e.seq_length(s, 0, &len);
             tokens += len;
         }
-        *bytes = tokens * 2 * sh.kv_heads * kHeadDim * 2;
-        return t;
+        last_bytes = tokens * 2 * sh.kv_heads * kHeadDim * 2;
+        return t / static_cast<double>(last_bytes);
     }
     Shape sh;
+    uint64_t last_bytes = 0; // K/V bytes the last step read
     std::vector<float> q, k, v, out;
     std::vector<uint32_t> offsets, ids;
 };
@@ -107,9 +111,9 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
     for (auto _ : state) {
         auto e = filled(sh, false);
         DecodeStep step(sh);
-        uint64_t bytes = 0;
-        step.run(*e, &bytes); // warm-up
-        const uint64_t stream_bytes = bytes; // (each decode step adds a token: its bytes grow a little)
+        step.run(*e); // warm-up
+        // the read covers the first step's bytes; every time below is seconds per byte (DecodeStep::run)
+        const uint64_t stream_bytes = step.last_bytes;
         std::vector<uint8_t> buf = touched_buffer(stream_bytes);
         // small caches take more repetitions: their steps are short, and the fastest of many is steadier
         const int reps = stream_bytes < (64u << 20) ? 4 * kReps : kReps;
@@ -122,91 +126,109 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         const opt::WalkPlan walk0 = opt::avx2_walk();
         std::vector<double> t_walk[kWalks];
         std::vector<double> t_decode, t_stream, t_single, t_direct, t_avx2;
-        const auto decode = [&] { return step.run(*e, &bytes); };
+        const auto decode = [&] { return step.run(*e); };
+        // every step adds a token: a cache grown by more than 5 % is filled afresh, so that a small one (512 tokens
+        // grow by 400 over the run) is measured at about its size
+        bool one_thread = false;
+        uint64_t max_bytes = stream_bytes; // the largest step so far
+        const auto keep_size = [&] {
+            max_bytes = std::max(max_bytes, step.last_bytes);
+            if (step.last_bytes <= stream_bytes + stream_bytes / 20) return;
+            e = filled(sh, false);
+            if (one_thread) e->set_threads(1);
+            step.run(*e); // warm-up
+        };
         for (int r = 0; r < reps; ++r) { // interleaved, so drifts in the machine hit both sides alike
-            t_stream.push_back(stream_read_seconds(buf.data(), stream_bytes));
-            t_decode.push_back(step.run(*e, &bytes));
+            keep_size();
+            t_stream.push_back(stream_read_seconds(buf.data(), stream_bytes) / double(stream_bytes));
+            t_decode.push_back(step.run(*e));
             e->set_group_heads(false); // A/B: one KV head per kernel call, as before heads were walked together
-            t_single.push_back(step.run(*e, &bytes));
+            t_single.push_back(step.run(*e));
             e->set_group_heads(true);
             if (ab_group) t_direct.push_back(with_group_paths(false, false, decode));
             if (ab_wide) t_avx2.push_back(with_group_paths(true, false, decode));
             for (int a = 0; ab_walk && a < kWalks; ++a) {
                 opt::set_avx2_walk(kOtherWalks[a].from_default(walk0));
-                t_walk[a].push_back(step.run(*e, &bytes));
+                t_walk[a].push_back(step.run(*e));
                 opt::set_avx2_walk(walk0);
             }
         }
-        const double bw_decode = bytes / fastest(t_decode), bw_stream = stream_bytes / fastest(t_stream);
+        const double bw_decode = 1 / fastest(t_decode), bw_stream = 1 / fastest(t_stream);
         const double ratio = bw_decode / bw_stream;
         // the same on one core each: what a core achieves whatever else runs on the machine
         e->set_threads(1);
+        one_thread = true;
         std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk, t1_other_heads, t1_avx2;
         // the head walk the default does not use (whole runs or heads interleaved): the choice per machine kind
         const OtherWalk& other_heads = kOtherWalks[walk0.interleave_heads ? kWholeRuns : kHeadsInterleaved];
         for (int r = 0; r < reps; ++r) { // as many as on all cores: one core of a shared host is the noisier side
-            t1_stream.push_back(stream_read_seconds(buf.data(), stream_bytes, 1));
-            t1_decode.push_back(step.run(*e, &bytes));
+            keep_size();
+            t1_stream.push_back(stream_read_seconds(buf.data(), stream_bytes, 1) / double(stream_bytes));
+            t1_decode.push_back(step.run(*e));
             if (ab_walk) {
                 opt::set_avx2_walk(kOtherWalks[0].from_default(walk0));
-                t1_old_walk.push_back(step.run(*e, &bytes));
+                t1_old_walk.push_back(step.run(*e));
                 opt::set_avx2_walk(other_heads.from_default(walk0));
-                t1_other_heads.push_back(step.run(*e, &bytes));
+                t1_other_heads.push_back(step.run(*e));
                 opt::set_avx2_walk(walk0);
             }
             if (ab_group) t1_direct.push_back(with_group_paths(false, false, decode));
             if (ab_wide) t1_avx2.push_back(with_group_paths(true, false, decode));
         }
-        const double bw1_decode = bytes / fastest(t1_decode), bw1_stream = stream_bytes / fastest(t1_stream);
+        const double bw1_decode = 1 / fastest(t1_decode), bw1_stream = 1 / fastest(t1_stream);
+        max_bytes = std::max(max_bytes, step.last_bytes);
+        const auto tokens_of = [&](uint64_t b) { return unsigned(b / (uint64_t(sh.seqs) * sh.kv_heads * kHeadDim * 4)); };
+        // a time per byte as milliseconds per step at the first step's size
+        const auto ms = [&](const std::vector<double>& t) { return fastest(t) * double(stream_bytes) * 1e3; };
         const double ratio1 = bw1_decode / bw1_stream;
-        state.counters["kv_MiB"] = bytes / 1048576.0;
+        state.counters["kv_MiB"] = stream_bytes / 1048576.0;
         state.counters["decode_GBps"] = bw_decode / 1e9;
         state.counters["stream_GBps"] = bw_stream / 1e9;
         state.counters["ratio"] = ratio;
         state.counters["ratio_1thread"] = ratio1;
-        state.counters["decode_ms"] = fastest(t_decode) * 1e3;
+        state.counters["decode_ms"] = ms(t_decode);
         char note[240];
-        std::snprintf(note, sizeof note, "all cores: decode %.1f GB/s vs read %.1f GB/s, %.1f ms/step; %.0f MiB",
-                      bw_decode / 1e9, bw_stream / 1e9, fastest(t_decode) * 1e3, bytes / 1048576.0);
+        std::snprintf(note, sizeof note, "all cores: decode %.1f GB/s vs read %.1f GB/s, %.1f ms/step; %.0f MiB (%u to %u tokens per sequence)",
+                      bw_decode / 1e9, bw_stream / 1e9, ms(t_decode), stream_bytes / 1048576.0, tokens_of(stream_bytes), tokens_of(max_bytes));
         report("1. decode / streaming read, " + name + ", all cores", ratio, goal, note);
         std::snprintf(note, sizeof note, "the same decode walking one KV head per kernel call: %.1f ms/step",
-                      fastest(t_single) * 1e3);
+                      ms(t_single));
         report("1. ... heads walked together: speedup", fastest(t_single) / fastest(t_decode), "", note);
         if (ab_group) {
             std::snprintf(note, sizeof note, "the same decode on the kernel's direct path (before 2026-12-01): %.1f ms/step",
-                          fastest(t_direct) * 1e3);
+                          ms(t_direct));
             report("1. ... GQA group path: speedup", fastest(t_direct) / fastest(t_decode), "", note);
             state.counters["group_path_speedup"] = fastest(t_direct) / fastest(t_decode);
         }
         if (ab_wide) {
-            std::snprintf(note, sizeof note, "the same decode on the AVX2 kernel: %.1f ms/step", fastest(t_avx2) * 1e3);
+            std::snprintf(note, sizeof note, "the same decode on the AVX2 kernel: %.1f ms/step", ms(t_avx2));
             report("1. ... AVX-512 group path: speedup", fastest(t_avx2) / fastest(t_decode), "", note);
         }
         for (int a = 0; ab_walk && a < kWalks; ++a) {
             std::snprintf(note, sizeof note, "the same decode, %s: %.1f ms/step", kOtherWalks[a].what,
-                          fastest(t_walk[a]) * 1e3);
+                          ms(t_walk[a]));
             report(std::string("1. ... ") + kOtherWalks[a].label + ": time / default's",
                    fastest(t_walk[a]) / fastest(t_decode), "", note);
         }
         std::snprintf(note, sizeof note, "one thread: decode %.1f GB/s vs read %.1f GB/s, %.1f ms/step",
-                      bw1_decode / 1e9, bw1_stream / 1e9, fastest(t1_decode) * 1e3);
+                      bw1_decode / 1e9, bw1_stream / 1e9, ms(t1_decode));
         report("1. decode / streaming read, " + name + ", one thread", ratio1, goal, note);
         if (ab_walk) {
             std::snprintf(note, sizeof note, "one thread, %s: %.1f ms/step", kOtherWalks[0].what,
-                          fastest(t1_old_walk) * 1e3);
+                          ms(t1_old_walk));
             report(std::string("1. ... ") + kOtherWalks[0].label + ", one thread: time / default's",
                    fastest(t1_old_walk) / fastest(t1_decode), "", note);
             std::snprintf(note, sizeof note, "one thread, %s: %.1f ms/step", other_heads.what,
-                          fastest(t1_other_heads) * 1e3);
+                          ms(t1_other_heads));
             report(std::string("1. ... ") + other_heads.label + ", one thread: time / default's",
                    fastest(t1_other_heads) / fastest(t1_decode), "", note);
         }
         if (ab_group) {
-            std::snprintf(note, sizeof note, "one thread, direct path: %.1f ms/step", fastest(t1_direct) * 1e3);
+            std::snprintf(note, sizeof note, "one thread, direct path: %.1f ms/step", ms(t1_direct));
             report("1. ... GQA group path, one thread: speedup", fastest(t1_direct) / fastest(t1_decode), "", note);
         }
         if (ab_wide) {
-            std::snprintf(note, sizeof note, "one thread, AVX2 kernel: %.1f ms/step", fastest(t1_avx2) * 1e3);
+            std::snprintf(note, sizeof note, "one thread, AVX2 kernel: %.1f ms/step", ms(t1_avx2));
             report("1. ... AVX-512 group path, one thread: speedup", fastest(t1_avx2) / fastest(t1_decode), "", note);
         }
     }
@@ -235,21 +257,21 @@ void BM_DecodeShuffledBlocks(benchmark::State& state) {
         auto contiguous = filled(Shape{}, false);
         auto shuffled = filled(Shape{}, true);
         DecodeStep step(Shape{});
-        uint64_t bytes = 0;
-        step.run(*contiguous, &bytes);
-        step.run(*shuffled, &bytes);
+        step.run(*contiguous);
+        step.run(*shuffled);
+        const double bytes0 = double(step.last_bytes); // times are per byte: ms per step at this size
         std::vector<double> tc, ts;
         for (int r = 0; r < kReps; ++r) {
-            tc.push_back(step.run(*contiguous, &bytes));
-            ts.push_back(step.run(*shuffled, &bytes));
+            tc.push_back(step.run(*contiguous));
+            ts.push_back(step.run(*shuffled));
         }
         const double overhead = fastest(ts) / fastest(tc) - 1.0;
-        state.counters["contiguous_ms"] = fastest(tc) * 1e3;
-        state.counters["shuffled_ms"] = fastest(ts) * 1e3;
+        state.counters["contiguous_ms"] = fastest(tc) * bytes0 * 1e3;
+        state.counters["shuffled_ms"] = fastest(ts) * bytes0 * 1e3;
         state.counters["overhead"] = overhead;
         char note[160];
         std::snprintf(note, sizeof note, "contiguous %.1f ms, shuffled %.1f ms per decode step (MHA f16, %u-token blocks)",
-                      fastest(tc) * 1e3, fastest(ts) * 1e3, kBlock);
+                      fastest(tc) * bytes0 * 1e3, fastest(ts) * bytes0 * 1e3, kBlock);
         report("2. decode time shuffled / contiguous blocks - 1", overhead, "<= 0.10", note);
     }
 }
