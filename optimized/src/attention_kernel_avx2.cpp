@@ -64,6 +64,10 @@ KVC_TARGET_AVX2 void group_values(const uint8_t* v, uint64_t row_bytes, uint32_t
     }
 }
 
+KVC_TARGET_AVX2 __m256 exp_sum_row(float* row, uint32_t n8, float m) {
+    return exp_sum_row8(row, 0, n8, _mm256_set1_ps(m), _mm256_setzero_ps());
+}
+
 } // namespace
 
 SplitKernel split_kernel_avx2(uint32_t dtype) {

@@ -387,6 +387,22 @@ KVC_KERNEL_TARGET void group_values(const uint8_t* v, uint64_t row_bytes, uint32
                                     RowPrefetcher* pf, uint32_t v0);
 
 
+// Phase 3 of one row, also defined by the including file: p = exp(s - m) in place over the row's first n8 scores
+// (n8 a multiple of 8; the padding after the row's keys is -inf, whose p is exactly 0), and their sum in 8 lanes:
+// lane i adds the p of keys i, i + 8, i + 16, ... in key order, whatever width computes the exponentials.
+KVC_KERNEL_TARGET __m256 exp_sum_row(float* row, uint32_t n8, float m);
+
+// The 8-lane phase 3 (the AVX2 kernel's, and the AVX-512 kernel's last 8 keys).
+KVC_KERNEL_TARGET inline __attribute__((always_inline)) __m256 exp_sum_row8(float* row, uint32_t j, uint32_t n8,
+                                                                            __m256 vm, __m256 acc) {
+    for (; j < n8; j += 8) {
+        const __m256 p = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(row + j), vm));
+        _mm256_store_ps(row + j, p);
+        acc = _mm256_add_ps(acc, p);
+    }
+    return acc;
+}
+
 // The kernel for R rows of nh consecutive KV heads. Phases 1 and 4 walk the split block run by block run and, inside
 // each run, head by head: the heads of a block are contiguous, so a decode sweeps each block's K (then V) plane in
 // one pass instead of visiting the block once per head. Every head has its own prefetcher running ahead along the
@@ -464,14 +480,8 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
             for (int i = 1; i < 8; ++i) m = std::max(m, lanes[i]);
             for (; j < nr; ++j) m = std::max(m, row[j]);
             for (j = nr; j % 8 != 0; ++j) row[j] = -INFINITY; // pad the last chunk: its exp is exactly 0
-            const __m256 vm = _mm256_set1_ps(m);
-            __m256 acc[8] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+            __m256 acc[8] = {exp_sum_row(row, j, m), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                              _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (j = 0; j < nr; j += 8) {
-                const __m256 p = exp_nonpositive(_mm256_sub_ps(_mm256_load_ps(row + j), vm));
-                _mm256_store_ps(row + j, p);
-                acc[0] = _mm256_add_ps(acc[0], p);
-            }
             _mm256_store_ps(lanes, reduce8(acc));
             s.m = m;
             s.l = lanes[0];

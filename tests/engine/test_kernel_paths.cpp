@@ -28,6 +28,7 @@ using opt::SplitArgs;
 // One random case: a pool of blocks in shuffled order, a tile of n rows per head, nh heads per call.
 struct KernelCase {
     uint32_t dtype, block, kv_heads, head_dim, nh, k0;
+    float q_scale = 1.0f;
     int n;
     kvc_kv_layout layout{};
     std::vector<uint8_t> pool;
@@ -68,12 +69,16 @@ struct KernelCase {
             const uint32_t fewer = rng.below(3);
             limits[r] = r == n - 1 ? last : limits[r + 1] > fewer ? std::max<uint32_t>(1, limits[r + 1] - fewer) : 1;
         }
+        // scores of spread 1, 12 or 100: the last make most exponentials underflow (s - m < -87: exactly 0), the
+        // clamp every width of exp must apply alike
+        const float q_scales[] = {1.0f, 12.0f, 100.0f};
+        q_scale = q_scales[rng.below(3)];
         for (uint32_t h = 0; h < nh; ++h) {
             tiles[h].n = n;
             for (int r = 0; r < n; ++r) {
                 float* qr = q.data() + (size_t(h) * n + r) * dq;
                 const std::vector<float> v = rng.normal(head_dim);
-                std::copy(v.begin(), v.end(), qr);
+                for (uint32_t i = 0; i < head_dim; ++i) qr[i] = q_scale * v[i];
                 tiles[h].q[r] = qr;
                 tiles[h].limit[r] = limits[r];
             }
@@ -104,7 +109,8 @@ struct KernelCase {
     std::string describe() const {
         return "dtype " + std::to_string(dtype) + ", block " + std::to_string(block) + ", head_dim " +
                std::to_string(head_dim) + ", rows " + std::to_string(n) + ", heads per call " + std::to_string(nh) +
-               ", k0 " + std::to_string(k0) + ", last limit " + std::to_string(tiles[0].limit[n - 1]);
+               ", k0 " + std::to_string(k0) + ", last limit " + std::to_string(tiles[0].limit[n - 1]) +
+               ", q scale " + std::to_string(q_scale);
     }
 
 private:
