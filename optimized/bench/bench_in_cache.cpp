@@ -60,6 +60,9 @@ double fma_peak(bool zmm) {
     return double(kIters) * kChains * (zmm ? 16 : 8) / fastest(t);
 }
 
+// K/V bytes a decode step reads over `tokens` cached tokens (f16: 2 bytes, K and V).
+constexpr uint64_t kv_bytes(uint64_t tokens) { return tokens * 2 * kKvHeads * kHeadDim * 2; }
+
 // Seconds per byte of one-thread decode steps over a cache of kTokens tokens: the sequence is filled afresh every
 // kStepsPerFill steps (each step adds a token: 12 steps grow it by 5 %), fastest step per byte.
 double in_cache_seconds_per_byte(uint32_t group) {
@@ -84,8 +87,7 @@ double in_cache_seconds_per_byte(uint32_t group) {
             if (e->append_attend(0, 0, 1, q.data(), k1.data(), v1.data(), out.data()) != KVC_OK) std::exit(1);
             const double dt = now_s() - t0;
             if (s == 0) continue; // warm-up after the fill
-            const uint64_t bytes = uint64_t(kTokens + s + 1) * 2 * kKvHeads * kHeadDim * 2;
-            t.push_back(dt / double(bytes));
+            t.push_back(dt / double(kv_bytes(kTokens + s + 1)));
         }
     }
     return fastest(t);
@@ -98,14 +100,13 @@ void BM_DecodeInCache(benchmark::State& state) {
             state.SkipWithError("no AVX2/FMA/F16C: the portable kernels have no FMA loop to compare with");
             return;
         }
-        const uint64_t bytes = uint64_t(kTokens) * 2 * kKvHeads * kHeadDim * 2;
         const double spb = in_cache_seconds_per_byte(group);
         const double gbps = 1 / spb / 1e9;
-        // lane-FMAs per cached byte: 2 d per query head per key, over 4 d bytes of K and V per KV head per key
-        const double fmas_per_byte = double(group) * 2 * kHeadDim / (2.0 * kHeadDim * 2);
-        const double rate = fmas_per_byte / spb / 1e9; // lane-FMAs per ns
         char note[240];
         if (group > 1) {
+            // lane-FMAs per cached byte: 2 d per query head per key, over 4 d bytes of K and V per KV head per key
+            const double fmas_per_byte = double(group) * 2 * kHeadDim / (2.0 * kHeadDim * 2);
+            const double rate = fmas_per_byte / spb / 1e9; // lane-FMAs per ns
             // the group path runs in zmm where the AVX-512 kernel is in use (attention_kernel_avx512.cpp)
             const bool zmm = opt::cpu_has_avx512();
             const double peak = fma_peak(zmm) / 1e9;
@@ -117,6 +118,7 @@ void BM_DecodeInCache(benchmark::State& state) {
             report("7. in-cache decode GQA " + std::to_string(group) + ":1 / FMA peak, one thread", rate / peak, "",
                    note);
         } else {
+            const uint64_t bytes = kv_bytes(kTokens);
             std::vector<uint8_t> buf = touched_buffer(bytes);
             std::vector<double> t_read;
             for (int r = 0; r < 200; ++r) t_read.push_back(stream_read_seconds(buf.data(), bytes, 1) / double(bytes));

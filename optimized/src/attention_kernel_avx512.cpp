@@ -216,25 +216,20 @@ KVC_TARGET_AVX512 void group_values(const uint8_t* v, uint64_t row_bytes, uint32
                            pf, v0 + i0);
 }
 
-// exp_nonpositive (attention_kernel_x86.hpp) on 16 lanes: the same operations in the same order on every lane, so
-// the same bits.
+// exp_nonpositive (attention_kernel_x86.hpp) on 16 lanes: the same constants (ExpConstants) and the same operations
+// in the same order on every lane, so the same bits.
 KVC_TARGET_AVX512 inline __m512 exp_nonpositive16(__m512 x) {
-    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    using C = ExpConstants;
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(C::kFloor), _CMP_LT_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(C::kFloor));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(C::kLog2e)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(C::kLn2Hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(C::kLn2Lo), r);
+    __m512 p = _mm512_set1_ps(C::kTaylor[0]);
+    KVC_UNROLL for (int i = 1; i < C::kTerms; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C::kTaylor[i]));
     const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps(static_cast<__mmask16>(~tiny), p, _mm512_castsi512_ps(e)); // 0 where x < -87
+    return _mm512_maskz_mul_ps(static_cast<__mmask16>(~tiny), p, _mm512_castsi512_ps(e)); // 0 where x < kFloor
 }
 
 // Phase 3 in 16 lanes (it was 9 % of a GQA decode in cache in 8, Intel Xeon model 167, 2026-12-04), then the last 8

@@ -76,21 +76,27 @@ KVC_KERNEL_TARGET inline __m256 reduce8(const __m256* a) {
 // exp(x) for x <= 0 (and -inf): 2^n * e^r with n = round(x / ln 2), r = x - n ln 2 in two steps (Cody-Waite),
 // e^r by its Taylor series to degree 7 (|r| <= ln2/2: error below 1 ulp of float). exp(0) is exactly 1. Results
 // below the smallest normal float flush to 0, harmless next to the 1 that the row's maximum contributes.
+// The constants, once: every width that computes it (exp_nonpositive here, exp_nonpositive16 in the AVX-512 file)
+// must give the same bits, so both take them from here.
+struct ExpConstants {
+    static constexpr float kFloor = -87.0f;                  // below: the result is 0
+    static constexpr float kLog2e = 1.44269504088896341f;
+    static constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f; // ln 2 = kLn2Hi + kLn2Lo
+    static constexpr int kTerms = 8;                         // Horner, highest degree first: 1/7! .. 1/1!, 1/0!
+    static constexpr float kTaylor[kTerms] = {1.0f / 5040.0f, 1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f,
+                                              1.0f / 6.0f,    0.5f,          1.0f,          1.0f};
+};
+
 KVC_KERNEL_TARGET inline __m256 exp_nonpositive(__m256 x) {
-    const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    using C = ExpConstants;
+    const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(C::kFloor), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(C::kFloor));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(C::kLog2e)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(C::kLn2Hi), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(C::kLn2Lo), r);
+    __m256 p = _mm256_set1_ps(C::kTaylor[0]);
+    KVC_UNROLL for (int i = 1; i < C::kTerms; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::kTaylor[i]));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
