@@ -24,7 +24,7 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
     dq_ = padded_dim(shape.layout->head_dim);
     plans_.assign(n_streams, StreamPlan{});
     items_.clear();
-    folds_.clear();
+    fold_counts_.clear();
 
     size_t states = 0;
     uint64_t bytes_to_read = 0;
@@ -65,37 +65,42 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
         if (p.spread) {
             for (uint32_t h = 0; h < shape.n_kv_heads; h += group_heads) {
                 const uint32_t nh = std::min(group_heads, shape.n_kv_heads - h);
-                for (uint32_t g = 0; g < p.segments; ++g) items_.push_back({static_cast<uint32_t>(s), h, nh, g, true});
+                const auto fold_group = static_cast<uint32_t>(fold_counts_.size());
+                fold_counts_.push_back(p.segments);
+                for (uint32_t g = 0; g < p.segments; ++g)
+                    items_.push_back({static_cast<uint32_t>(s), h, nh, g, true, fold_group});
             }
-            for (uint32_t h = 0; h < shape.n_kv_heads; ++h) folds_.push_back(static_cast<uint32_t>(s) * shape.n_kv_heads + h);
         } else {
             // last tiles first: under the causal mask they see the most keys, so big items start early
             for (uint32_t h = 0; h < shape.n_kv_heads; ++h)
                 for (uint32_t t = ceil_div(p.rows, kTileRows); t-- > 0;)
-                    items_.push_back({static_cast<uint32_t>(s), h, 1, t, false});
+                    items_.push_back({static_cast<uint32_t>(s), h, 1, t, false, 0});
         }
+    }
+    if (pending_capacity_ < fold_counts_.size()) {
+        pending_.reset(new std::atomic<uint32_t>[fold_counts_.size()]);
+        pending_capacity_ = fold_counts_.size();
     }
 }
 
 void AttentionPlan::run() {
-    ThreadPool& pool = ThreadPool::instance();
-    pool.run(items_.size(), &AttentionPlan::run_item, this, threads_);
-    pool.run(folds_.size(), &AttentionPlan::run_fold, this, threads_);
+    for (size_t f = 0; f < fold_counts_.size(); ++f) pending_[f].store(fold_counts_[f], std::memory_order_relaxed);
+    // the pool's dispatch publishes the counts to the workers
+    ThreadPool::instance().run(items_.size(), &AttentionPlan::run_item, this, threads_);
 }
 
 void AttentionPlan::run_item(void* self, size_t i) {
     auto* plan = static_cast<AttentionPlan*>(self);
     const Item& it = plan->items_[i];
-    if (it.spread)
-        plan->spread_item(it);
-    else
+    if (!it.spread) {
         plan->tiled_item(it);
-}
-
-void AttentionPlan::run_fold(void* self, size_t i) {
-    auto* plan = static_cast<AttentionPlan*>(self);
-    const uint32_t f = plan->folds_[i];
-    plan->fold_rows(f / plan->shape_.n_kv_heads, f % plan->shape_.n_kv_heads);
+        return;
+    }
+    plan->spread_item(it);
+    // The last of the group's items folds it. Which thread that is varies; the fold reads the same states in the
+    // same order whoever runs it, so the result does not.
+    if (plan->pending_[it.fold_group].fetch_sub(1, std::memory_order_acq_rel) == 1)
+        for (uint32_t h = it.kv_head; h < it.kv_head + it.n_heads; ++h) plan->fold_rows(it.stream, h);
 }
 
 // Row rho of (stream, KV head) is query token rho / group, query head kv_head * group + rho % group: the query
@@ -158,7 +163,8 @@ void AttentionPlan::spread_item(const Item& it) {
     }
 }
 
-// spread, second pass: fold each row's segment states left to right, normalize into out.
+// spread, once every segment of (stream, KV head) is in: fold each row's segment states left to right, normalize
+// into out.
 void AttentionPlan::fold_rows(uint32_t stream, uint32_t kv_head) {
     const StreamCall& sc = streams_[stream];
     const StreamPlan& p = plans_[stream];

@@ -2,6 +2,10 @@
 // the workers, and returns when all are done. Work items are claimed from an atomic counter, so which thread runs
 // which item varies; callers make every item write its own output, which keeps results independent of that.
 //
+// Decode steps come back to back, a fraction of a millisecond each, and a sleeping thread takes tens of microseconds
+// to wake (more in a virtual machine). So a worker that has finished spins for a short while (kSpin) on the next
+// generation before it sleeps, and so does a run waiting for its workers to finish: an awake thread joins at once.
+//
 // One pool per process, shared by every cache, and a new one in a child made by fork() (which inherits no worker
 // threads). Calls on distinct caches may come from distinct threads: a call that finds the pool busy runs its items
 // itself, serially (same results, only slower).
@@ -40,9 +44,10 @@ private:
     std::mutex busy_; // held by the one run that uses the workers
     std::mutex m_;
     std::condition_variable wake_, done_;
-    uint64_t generation_ = 0;
+    // Written under m_; atomic so that a spinning thread may read them without it.
+    std::atomic<uint64_t> generation_{0};
     unsigned participants_ = 0; // workers asked to join the current generation
-    unsigned finished_ = 0;
+    std::atomic<unsigned> finished_{0};
     bool stop_ = false;
     Fn fn_ = nullptr;
     void* ctx_ = nullptr;
