@@ -105,8 +105,44 @@ struct DecodeStep {
     std::vector<uint32_t> offsets, ids;
 };
 
+// The decode and its A/B variants, measured once each per repetition in an order that rotates: repetition r starts
+// with measurement r mod n. Whichever runs first follows the streaming read (which has evicted the cache); the others
+// follow a decode, with part of the K/V still in a large L3. In a fixed order that favoured every variant over the
+// decode by up to 4 % (the "whole runs" gauge, the default walk itself, read 0.96-0.98 on a 480 MiB L3); rotated,
+// each gets each place in turn.
+class Rotation {
+public:
+    void add(std::vector<double>& times, std::function<double()> measure) {
+        items_.push_back({&times, std::move(measure)});
+    }
+    void run(int repetition) {
+        const size_t n = items_.size();
+        for (size_t i = 0; i < n; ++i) {
+            Item& it = items_[(static_cast<size_t>(repetition) + i) % n];
+            it.times->push_back(it.measure());
+        }
+    }
+
+private:
+    struct Item {
+        std::vector<double>* times;
+        std::function<double()> measure;
+    };
+    std::vector<Item> items_;
+};
+
+// run() with the AVX2 kernel's walk set to `walk`, then back to the machine's default.
+double with_walk(const opt::WalkPlan& walk, const std::function<double()>& run) {
+    const opt::WalkPlan before = opt::avx2_walk();
+    opt::set_avx2_walk(walk);
+    const double t = run();
+    opt::set_avx2_walk(before);
+    return t;
+}
+
 // The decode's bytes/s against a streaming read of a buffer as big, both with every core (the engine's pool) and
-// then both with one thread; fastest of interleaved repetitions on each side.
+// then both with one thread; fastest of interleaved repetitions on each side, the A/B variants in a rotating order
+// (Rotation).
 void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::string& name, const char* goal) {
     for (auto _ : state) {
         auto e = filled(sh, false);
@@ -138,20 +174,22 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
             if (one_thread) e->set_threads(1);
             step.run(*e); // warm-up
         };
+        Rotation all_cores; // the decode and its A/B variants
+        all_cores.add(t_decode, decode);
+        all_cores.add(t_single, [&] { // one KV head per kernel call, as before heads were walked together
+            e->set_group_heads(false);
+            const double t = step.run(*e);
+            e->set_group_heads(true);
+            return t;
+        });
+        if (ab_group) all_cores.add(t_direct, [&] { return with_group_paths(false, false, decode); });
+        if (ab_wide) all_cores.add(t_avx2, [&] { return with_group_paths(true, false, decode); });
+        for (int a = 0; ab_walk && a < kWalks; ++a)
+            all_cores.add(t_walk[a], [&, a] { return with_walk(kOtherWalks[a].from_default(walk0), decode); });
         for (int r = 0; r < reps; ++r) { // interleaved, so drifts in the machine hit both sides alike
             keep_size();
             t_stream.push_back(stream_read_seconds(buf.data(), stream_bytes) / double(stream_bytes));
-            t_decode.push_back(step.run(*e));
-            e->set_group_heads(false); // A/B: one KV head per kernel call, as before heads were walked together
-            t_single.push_back(step.run(*e));
-            e->set_group_heads(true);
-            if (ab_group) t_direct.push_back(with_group_paths(false, false, decode));
-            if (ab_wide) t_avx2.push_back(with_group_paths(true, false, decode));
-            for (int a = 0; ab_walk && a < kWalks; ++a) {
-                opt::set_avx2_walk(kOtherWalks[a].from_default(walk0));
-                t_walk[a].push_back(step.run(*e));
-                opt::set_avx2_walk(walk0);
-            }
+            all_cores.run(r);
         }
         const double bw_decode = 1 / fastest(t_decode), bw_stream = 1 / fastest(t_stream);
         const double ratio = bw_decode / bw_stream;
@@ -161,19 +199,18 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk, t1_other_heads, t1_avx2;
         // the head walk the default does not use (whole runs or heads interleaved): the choice per machine kind
         const OtherWalk& other_heads = kOtherWalks[walk0.interleave_heads ? kWholeRuns : kHeadsInterleaved];
+        Rotation one_core;
+        one_core.add(t1_decode, decode);
+        if (ab_walk) {
+            one_core.add(t1_old_walk, [&] { return with_walk(kOtherWalks[0].from_default(walk0), decode); });
+            one_core.add(t1_other_heads, [&] { return with_walk(other_heads.from_default(walk0), decode); });
+        }
+        if (ab_group) one_core.add(t1_direct, [&] { return with_group_paths(false, false, decode); });
+        if (ab_wide) one_core.add(t1_avx2, [&] { return with_group_paths(true, false, decode); });
         for (int r = 0; r < reps; ++r) { // as many as on all cores: one core of a shared host is the noisier side
             keep_size();
             t1_stream.push_back(stream_read_seconds(buf.data(), stream_bytes, 1) / double(stream_bytes));
-            t1_decode.push_back(step.run(*e));
-            if (ab_walk) {
-                opt::set_avx2_walk(kOtherWalks[0].from_default(walk0));
-                t1_old_walk.push_back(step.run(*e));
-                opt::set_avx2_walk(other_heads.from_default(walk0));
-                t1_other_heads.push_back(step.run(*e));
-                opt::set_avx2_walk(walk0);
-            }
-            if (ab_group) t1_direct.push_back(with_group_paths(false, false, decode));
-            if (ab_wide) t1_avx2.push_back(with_group_paths(true, false, decode));
+            one_core.run(r);
         }
         const double bw1_decode = 1 / fastest(t1_decode), bw1_stream = 1 / fastest(t1_stream);
         max_bytes = std::max(max_bytes, step.last_bytes);

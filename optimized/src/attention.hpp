@@ -11,7 +11,8 @@
 //  - spread  (few new tokens: decode): one work item per (stream, group of KV heads, segment) writes segment states
 //    to scratch; the item that finishes a (stream, group)'s segments last then folds them per row. Long contexts
 //    keep every core busy even for one sequence (split-KV), a group walks each block's heads together while the
-//    block is hot, and a call costs one dispatch of the thread pool, not two (at 0.3 ms a step, each costs ~10 %).
+//    block is hot, and a call costs one dispatch of the thread pool, not two (one sequence x 512 tokens on two
+//    cores, 0.3 ms a step: 29-30 -> 35-37 GB/s).
 //  - tiled   (many new tokens: prefill): one work item per (stream, KV head, tile of 8 rows) folds its segments
 //    itself. Scratch stays small however long the prompt.
 #pragma once
