@@ -19,8 +19,8 @@
 
 #include "attention_kernel.hpp"
 
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
