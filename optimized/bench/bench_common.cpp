@@ -100,6 +100,14 @@ double with_group_paths(bool avx2, bool avx512, const std::function<double()>& r
     return seconds;
 }
 
+double with_walk(const opt::WalkPlan& walk, const std::function<double()>& run) {
+    const opt::WalkPlan before = opt::avx2_walk();
+    opt::set_avx2_walk(walk);
+    const double seconds = run();
+    opt::set_avx2_walk(before);
+    return seconds;
+}
+
 std::vector<uint8_t> touched_buffer(size_t bytes) {
     std::vector<uint8_t> b(bytes + 64);
     for (size_t i = 0; i < b.size(); i += 4096) b[i] = 1;

@@ -3,6 +3,7 @@
 // run, so a noisy or slower machine moves both sides (docs/performance.md).
 #pragma once
 
+#include "attention_kernel.hpp"
 #include "kvcheck/optimized/engine.hpp"
 
 #include <benchmark/benchmark.h>
@@ -41,6 +42,10 @@ kvc_config config(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, ui
 // on (the default) afterwards. Same bits either way: the A/Bs of the group paths. Process-wide: no kernel may run
 // meanwhile on another thread.
 double with_group_paths(bool avx2, bool avx512, const std::function<double()>& run);
+
+// Seconds of run() with the AVX2 kernel's walk (attention_kernel.hpp, WalkPlan) set to `walk`, then back to the one
+// before. Same bits either way: the A/Bs of the walk. Process-wide, as above.
+double with_walk(const opt::WalkPlan& walk, const std::function<double()>& run);
 
 // One line of the closing summary: what was measured, the ratio, its goal ("" when there is none) and a note.
 void report(const std::string& what, double value, const std::string& goal, const std::string& note);

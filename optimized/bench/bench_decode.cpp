@@ -131,15 +131,6 @@ private:
     std::vector<Item> items_;
 };
 
-// run() with the AVX2 kernel's walk set to `walk`, then back to the machine's default.
-double with_walk(const opt::WalkPlan& walk, const std::function<double()>& run) {
-    const opt::WalkPlan before = opt::avx2_walk();
-    opt::set_avx2_walk(walk);
-    const double t = run();
-    opt::set_avx2_walk(before);
-    return t;
-}
-
 // The decode's bytes/s against a streaming read of a buffer as big, both with every core (the engine's pool) and
 // then both with one thread; fastest of interleaved repetitions on each side, the A/B variants in a rotating order
 // (Rotation).

@@ -24,7 +24,6 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
     dq_ = padded_dim(shape.layout->head_dim);
     plans_.assign(n_streams, StreamPlan{});
     items_.clear();
-    fold_counts_.clear();
 
     size_t states = 0;
     uint64_t bytes_to_read = 0;
@@ -60,15 +59,20 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
     uint32_t group_heads = shape.group_heads ? std::min(shape.n_kv_heads, max_call_heads(static_cast<int>(widest))) : 1;
     while (group_heads > 1 && segments * ceil_div(shape.n_kv_heads, group_heads) < 4ull * threads)
         group_heads = (group_heads + 1) / 2;
+    size_t fold_groups = 0;
+    for (const StreamPlan& p : plans_)
+        if (p.spread) fold_groups += ceil_div(shape.n_kv_heads, group_heads);
+    pending_ = std::make_unique<std::atomic<uint32_t>[]>(fold_groups);
+    uint32_t fold_group = 0;
     for (size_t s = 0; s < n_streams; ++s) {
         const StreamPlan& p = plans_[s];
         if (p.spread) {
             for (uint32_t h = 0; h < shape.n_kv_heads; h += group_heads) {
                 const uint32_t nh = std::min(group_heads, shape.n_kv_heads - h);
-                const auto fold_group = static_cast<uint32_t>(fold_counts_.size());
-                fold_counts_.push_back(p.segments);
+                pending_[fold_group].store(p.segments, std::memory_order_relaxed);
                 for (uint32_t g = 0; g < p.segments; ++g)
                     items_.push_back({static_cast<uint32_t>(s), h, nh, g, true, fold_group});
+                ++fold_group;
             }
         } else {
             // last tiles first: under the causal mask they see the most keys, so big items start early
@@ -77,15 +81,10 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
                     items_.push_back({static_cast<uint32_t>(s), h, 1, t, false, 0});
         }
     }
-    if (pending_capacity_ < fold_counts_.size()) {
-        pending_.reset(new std::atomic<uint32_t>[fold_counts_.size()]);
-        pending_capacity_ = fold_counts_.size();
-    }
 }
 
 void AttentionPlan::run() {
-    for (size_t f = 0; f < fold_counts_.size(); ++f) pending_[f].store(fold_counts_[f], std::memory_order_relaxed);
-    // the pool's dispatch publishes the counts to the workers
+    // the pool's dispatch publishes the fold counts to the workers
     ThreadPool::instance().run(items_.size(), &AttentionPlan::run_item, this, threads_);
 }
 
@@ -99,8 +98,10 @@ void AttentionPlan::run_item(void* self, size_t i) {
     plan->spread_item(it);
     // The last of the group's items folds it. Which thread that is varies; the fold reads the same states in the
     // same order whoever runs it, so the result does not.
-    if (plan->pending_[it.fold_group].fetch_sub(1, std::memory_order_acq_rel) == 1)
-        for (uint32_t h = it.kv_head; h < it.kv_head + it.n_heads; ++h) plan->fold_rows(it.stream, h);
+    std::atomic<uint32_t>& pending = plan->pending_[it.fold_group];
+    if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    for (uint32_t h = it.kv_head; h < it.kv_head + it.n_heads; ++h) plan->fold_rows(it.stream, h);
+    pending.store(plan->plans_[it.stream].segments, std::memory_order_relaxed); // ready for another run()
 }
 
 // Row rho of (stream, KV head) is query token rho / group, query head kv_head * group + rho % group: the query

@@ -82,11 +82,10 @@ private:
     uint32_t dq_ = 0;
     std::vector<StreamPlan> plans_;
     std::vector<Item> items_;
-    // Spread items of each (stream, group of KV heads) still running. The item that takes its group's count to 0
-    // folds the group: its acquire-release decrement orders every other item's scratch writes before the fold.
-    std::vector<uint32_t> fold_counts_; // [fold group]: the group's items (segments)
+    // [fold group]: spread items of each (stream, group of KV heads) still running, set by build() to the stream's
+    // segments. The item that takes its group's count to 0 folds the group (its acquire-release decrement orders
+    // every other item's scratch writes before the fold), then sets the count back for the next run().
     std::unique_ptr<std::atomic<uint32_t>[]> pending_;
-    size_t pending_capacity_ = 0;
     std::vector<float> ml_;       // spread scratch: m, l of each state
     std::vector<float> o_;        // spread scratch: o of each state, padded_dim floats
     unsigned threads_ = 1;

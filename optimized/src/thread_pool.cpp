@@ -103,7 +103,7 @@ void ThreadPool::run(size_t n, Fn fn, void* ctx, unsigned max_threads) {
     drain();
     spin_until([&] { return finished_.load(std::memory_order_acquire) == helpers; });
     std::unique_lock<std::mutex> lk(m_);
-    done_.wait(lk, [&] { return finished_.load(std::memory_order_relaxed) == participants_; });
+    done_.wait(lk, [&] { return finished_.load(std::memory_order_relaxed) == helpers; });
     fn_ = nullptr;
     ctx_ = nullptr;
 }
