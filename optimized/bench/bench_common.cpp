@@ -13,6 +13,8 @@
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 namespace kvc::bench {
 namespace {
 
@@ -114,6 +116,27 @@ std::vector<uint8_t> touched_buffer(size_t bytes) {
     return b;
 }
 
+namespace {
+// Twice the last-level cache the OS reports (glibc's sysconf: 0 or -1 where it does not know), at least 64 MiB and
+// at most 4 GiB (a value past that is not a cache size).
+size_t eviction_size() {
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    const size_t last = static_cast<size_t>(std::max({l3, l2, 0L}));
+    return std::clamp<size_t>(2 * last, size_t(64) << 20, size_t(4) << 30);
+}
+std::vector<uint8_t>& eviction_buffer() {
+    static std::vector<uint8_t> b = touched_buffer(eviction_size());
+    return b;
+}
+} // namespace
+
+void evict_caches() {
+    std::vector<uint8_t>& b = eviction_buffer();
+    stream_read_seconds(b.data(), eviction_size());
+}
+
+size_t eviction_bytes() { return eviction_size(); }
+
 double stream_read_seconds(const uint8_t* buf, size_t bytes, unsigned max_threads) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(buf);
     const uint8_t* aligned = buf + ((64 - a % 64) % 64);
@@ -169,9 +192,10 @@ void report(const std::string& what, double value, const std::string& goal, cons
 }
 
 void print_machine() {
-    std::printf("kvcheck_bench on %s (%u threads), kernels %s, walk: %s\n", cpu_label().c_str(),
-                std::thread::hardware_concurrency(), opt::kernel_isa(),
-                opt::avx2_walk().interleave_heads ? "heads interleaved" : "whole runs");
+    std::printf("kvcheck_bench on %s (%u threads), kernels %s, walk: %s; caches evicted before each decode and read of "
+                "group 1 and 2 by reading %.0f MiB\n",
+                cpu_label().c_str(), std::thread::hardware_concurrency(), opt::kernel_isa(),
+                opt::avx2_walk().interleave_heads ? "heads interleaved" : "whole runs", eviction_bytes() / 1048576.0);
 }
 
 void print_summary() {

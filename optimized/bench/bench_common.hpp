@@ -34,6 +34,15 @@ double memcpy_seconds(uint8_t* dst, const uint8_t* src, size_t bytes);
 // A buffer that is really there: every page written once.
 std::vector<uint8_t> touched_buffer(size_t bytes);
 
+// Pushes what the last measurement left in the caches back to memory: reads, with every core, a buffer of twice the
+// last-level cache (at least 64 MiB), so the measurement that follows starts from memory whatever ran before it.
+// Reads, not writes: the caches are left holding clean lines, so no write-back lands in the next measurement. Why
+// (docs/performance.md, "Every measurement starts from memory"): a 480 MiB L3 kept a 128 MiB cache between decode
+// steps while the streaming read's buffer was evicted, and "decode / read" came out at 1.5.
+void evict_caches();
+// The bytes evict_caches() reads.
+size_t eviction_bytes();
+
 std::unique_ptr<opt::Engine> engine_for(const kvc_config& c, const opt::EngineOptions& o = {});
 kvc_config config(uint32_t n_q_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t dtype, uint32_t block,
                   uint32_t max_seqs, uint32_t rope = KVC_ROPE_NONE);

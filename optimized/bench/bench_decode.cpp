@@ -3,7 +3,8 @@
 // 512 to 32,768 tokens with 32 heads; each with every core and with one thread; (2) decode time with blocks
 // scattered over the pool against blocks in address order. Interleaved A/Bs in the same loop: heads walked together
 // or one per kernel call, the AVX2 kernel's group path or its direct path (GQA), the AVX-512 kernel or the AVX2 one
-// (GQA, machines with AVX-512), and the walk (prefetching, visits).
+// (GQA, machines with AVX-512), and the walk (prefetching, visits). Every timed decode and read of both groups starts
+// from memory (evict_caches): the goal is decode at memory speed, and a cache left in a large L3 measured L3.
 #include "bench_common.hpp"
 
 #include "attention_kernel.hpp"
@@ -105,11 +106,12 @@ struct DecodeStep {
     std::vector<uint32_t> offsets, ids;
 };
 
-// The decode and its A/B variants, measured once each per repetition in an order that rotates: repetition r starts
-// with measurement r mod n. Whichever runs first follows the streaming read (which has evicted the cache); the others
-// follow a decode, with part of the K/V still in a large L3. In a fixed order that favoured every variant over the
-// decode by up to 4 % (the "whole runs" gauge, the default walk itself, read 0.96-0.98 on a 480 MiB L3); rotated,
-// each gets each place in turn.
+// The decode and its A/B variants, measured once each per repetition in an order that rotates (repetition r starts
+// with measurement r mod n), each after evict_caches(). Before 2026-12-04 (evening) nothing was evicted: whichever
+// ran first followed the streaming read, the others a decode with part of the K/V still in a large L3, and in a fixed
+// order that favoured every variant over the decode by up to 4 % (the "whole runs" gauge, the default walk itself,
+// read 0.96-0.98 on a 480 MiB L3). The eviction removes that cause; the rotation stays for any other effect of order
+// (clock, the pool's threads waking).
 class Rotation {
 public:
     void add(std::vector<double>& times, std::function<double()> measure) {
@@ -119,6 +121,7 @@ public:
         const size_t n = items_.size();
         for (size_t i = 0; i < n; ++i) {
             Item& it = items_[(static_cast<size_t>(repetition) + i) % n];
+            evict_caches();
             it.times->push_back(it.measure());
         }
     }
@@ -132,8 +135,8 @@ private:
 };
 
 // The decode's bytes/s against a streaming read of a buffer as big, both with every core (the engine's pool) and
-// then both with one thread; fastest of interleaved repetitions on each side, the A/B variants in a rotating order
-// (Rotation).
+// then both with one thread; fastest of interleaved repetitions on each side, each measurement after evict_caches(),
+// the A/B variants in a rotating order (Rotation).
 void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::string& name, const char* goal) {
     for (auto _ : state) {
         auto e = filled(sh, false);
@@ -179,6 +182,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
             all_cores.add(t_walk[a], [&, a] { return with_walk(kOtherWalks[a].from_default(walk0), decode); });
         for (int r = 0; r < reps; ++r) { // interleaved, so drifts in the machine hit both sides alike
             keep_size();
+            evict_caches();
             t_stream.push_back(stream_read_seconds(buf.data(), stream_bytes) / double(stream_bytes));
             all_cores.run(r);
         }
@@ -200,6 +204,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         if (ab_wide) one_core.add(t1_avx2, [&] { return with_group_paths(true, false, decode); });
         for (int r = 0; r < reps; ++r) { // as many as on all cores: one core of a shared host is the noisier side
             keep_size();
+            evict_caches();
             t1_stream.push_back(stream_read_seconds(buf.data(), stream_bytes, 1) / double(stream_bytes));
             one_core.run(r);
         }
@@ -290,7 +295,9 @@ void BM_DecodeShuffledBlocks(benchmark::State& state) {
         const double bytes0 = double(step.last_bytes); // times are per byte: ms per step at this size
         std::vector<double> tc, ts;
         for (int r = 0; r < kReps; ++r) {
+            evict_caches();
             tc.push_back(step.run(*contiguous));
+            evict_caches();
             ts.push_back(step.run(*shuffled));
         }
         const double overhead = fastest(ts) / fastest(tc) - 1.0;
