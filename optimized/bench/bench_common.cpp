@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace kvc::bench {
@@ -110,11 +112,21 @@ double with_walk(const opt::WalkPlan& walk, const std::function<double()>& run) 
     return seconds;
 }
 
-std::vector<uint8_t> touched_buffer(size_t bytes) {
-    std::vector<uint8_t> b(bytes + 64);
-    for (size_t i = 0; i < b.size(); i += 4096) b[i] = 1;
-    return b;
+TouchedBuffer::TouchedBuffer(size_t bytes) : n_(bytes) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t rounded = (std::max<size_t>(bytes, 1) + kHuge - 1) / kHuge * kHuge; // aligned_alloc's rule
+    p_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHuge, rounded)));
+    if (!p_) {
+        std::fprintf(stderr, "kvcheck_bench: cannot allocate %zu bytes\n", rounded);
+        std::exit(1);
+    }
+    madvise(p_.get(), rounded, MADV_HUGEPAGE); // advice: failure is harmless
+    for (size_t i = 0; i < rounded; i += 4096) p_.get()[i] = 1;
 }
+
+void TouchedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
+
+TouchedBuffer touched_buffer(size_t bytes) { return TouchedBuffer(bytes); }
 
 namespace {
 // Twice the last-level cache the OS reports (glibc's sysconf: 0 or -1 where it does not know), at least 64 MiB and
@@ -124,14 +136,14 @@ size_t eviction_size() {
     const size_t last = static_cast<size_t>(std::max({l3, l2, 0L}));
     return std::clamp<size_t>(2 * last, size_t(64) << 20, size_t(4) << 30);
 }
-std::vector<uint8_t>& eviction_buffer() {
-    static std::vector<uint8_t> b = touched_buffer(eviction_size());
+TouchedBuffer& eviction_buffer() {
+    static TouchedBuffer b(eviction_size());
     return b;
 }
 } // namespace
 
 void evict_caches() {
-    std::vector<uint8_t>& b = eviction_buffer();
+    TouchedBuffer& b = eviction_buffer();
     stream_read_seconds(b.data(), eviction_size());
 }
 
@@ -192,10 +204,13 @@ void report(const std::string& what, double value, const std::string& goal, cons
 }
 
 void print_machine() {
+    const opt::WalkPlan walk = opt::avx2_walk();
+    char walk_text[64] = "whole runs";
+    if (walk.interleave_heads) std::snprintf(walk_text, sizeof walk_text, "heads interleaved in visits of %u keys", walk.visit_keys);
     std::printf("kvcheck_bench on %s (%u threads), kernels %s, walk: %s; caches evicted before each decode and read of "
                 "group 1 and 2 by reading %.0f MiB\n",
-                cpu_label().c_str(), std::thread::hardware_concurrency(), opt::kernel_isa(),
-                opt::avx2_walk().interleave_heads ? "heads interleaved" : "whole runs", eviction_bytes() / 1048576.0);
+                cpu_label().c_str(), std::thread::hardware_concurrency(), opt::kernel_isa(), walk_text,
+                eviction_bytes() / 1048576.0);
 }
 
 void print_summary() {

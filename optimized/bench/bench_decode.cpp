@@ -19,8 +19,9 @@ constexpr uint32_t kSeqs = 8, kTokens = 8192, kKvHeads = 8, kHeadDim = 128, kBlo
 constexpr int kReps = 9;
 
 // The walks the decode is compared with (attention_kernel.hpp, WalkPlan), each made from this machine's default
-// walk (16 rows per head ahead, into L2, heads interleaved in visits of 16 keys; whole runs on AMD cores without
-// AVX-512). One of "whole runs" and "heads interleaved" is the default walk again: a gauge of the run's noise.
+// walk (16 rows per head ahead, into L2, heads interleaved in visits of 16 keys, of 4 on Intel cores; whole runs on
+// AMD cores without AVX-512). One of "whole runs" and "heads interleaved", and one of the two visit lengths, is the
+// default walk again: gauges of the run's noise.
 struct OtherWalk {
     const char* label;
     const char* what;
@@ -28,22 +29,28 @@ struct OtherWalk {
 };
 constexpr OtherWalk kOtherWalks[] = {
     {"walk of before 2026-12-01", "16 rows ahead into L1, each head's whole run at a time",
-     [](opt::WalkPlan) { return opt::WalkPlan{16, false, false}; }},
+     [](opt::WalkPlan) { return opt::WalkPlan{16, false, false, 16}; }},
     {"into L1", "the default walk, prefetching into L1 (prefetcht0)",
-     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, false, w.interleave_heads}; }},
+     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, false, w.interleave_heads, w.visit_keys}; }},
     {"whole runs", "each head's whole run at a time",
-     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, false}; }},
-    {"heads interleaved", "heads interleaved in visits of 16 keys",
-     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, true}; }},
-    {"8 rows ahead", "the default walk, 8 rows ahead (visits of 8 keys where interleaved)",
-     [](opt::WalkPlan w) { return opt::WalkPlan{8, w.prefetch_to_l2, w.interleave_heads}; }},
-    {"32 rows ahead", "the default walk, 32 rows ahead (visits of 32 keys where interleaved)",
-     [](opt::WalkPlan w) { return opt::WalkPlan{32, w.prefetch_to_l2, w.interleave_heads}; }},
+     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, false, w.visit_keys}; }},
+    {"heads interleaved", "heads interleaved in the default's visits",
+     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, true, w.visit_keys}; }},
+    {"visits of 16 keys", "heads interleaved in visits of 16 keys (the default until 2026-12-04)",
+     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, true, 16}; }},
+    {"visits of 4 keys", "heads interleaved in visits of 4 keys",
+     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, true, 4}; }},
+    {"8 rows ahead", "the default walk, 8 rows ahead",
+     [](opt::WalkPlan w) { return opt::WalkPlan{8, w.prefetch_to_l2, w.interleave_heads, w.visit_keys}; }},
+    {"32 rows ahead", "the default walk, 32 rows ahead",
+     [](opt::WalkPlan w) { return opt::WalkPlan{32, w.prefetch_to_l2, w.interleave_heads, w.visit_keys}; }},
 };
 constexpr int kWalks = sizeof kOtherWalks / sizeof kOtherWalks[0];
-constexpr int kWholeRuns = 2, kHeadsInterleaved = 3; // their places above
+constexpr int kWholeRuns = 2, kHeadsInterleaved = 3, kVisits16 = 4, kVisits4 = 5; // their places above
 static_assert(std::string_view(kOtherWalks[kWholeRuns].label) == "whole runs", "kWholeRuns names its walk");
 static_assert(std::string_view(kOtherWalks[kHeadsInterleaved].label) == "heads interleaved", "and kHeadsInterleaved");
+static_assert(std::string_view(kOtherWalks[kVisits16].label) == "visits of 16 keys", "and kVisits16");
+static_assert(std::string_view(kOtherWalks[kVisits4].label) == "visits of 4 keys", "and kVisits4");
 
 struct Shape {
     uint32_t seqs = kSeqs, tokens = kTokens, q_heads = kKvHeads, kv_heads = kKvHeads, block = kBlock;
@@ -144,7 +151,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         step.run(*e); // warm-up
         // the read covers the first step's bytes; every time below is seconds per byte (DecodeStep::run)
         const uint64_t stream_bytes = step.last_bytes;
-        std::vector<uint8_t> buf = touched_buffer(stream_bytes);
+        TouchedBuffer buf = touched_buffer(stream_bytes);
         // small caches take more repetitions: their steps are short, and the fastest of many is steadier
         const int reps = stream_bytes < (64u << 20) ? 4 * kReps : kReps;
         // A/B of the AVX2 kernel's group path (tiles of 4+ rows: GQA) against its direct path; same bits
@@ -191,14 +198,17 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         // the same on one core each: what a core achieves whatever else runs on the machine
         e->set_threads(1);
         one_thread = true;
-        std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk, t1_other_heads, t1_avx2;
-        // the head walk the default does not use (whole runs or heads interleaved): the choice per machine kind
+        std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk, t1_other_heads, t1_other_visits, t1_avx2;
+        // the head walk and the visit length the default does not use (whole runs or heads interleaved; visits of 16
+        // or 4 keys): the choices per machine kind
         const OtherWalk& other_heads = kOtherWalks[walk0.interleave_heads ? kWholeRuns : kHeadsInterleaved];
+        const OtherWalk& other_visits = kOtherWalks[walk0.visit_keys == 4 ? kVisits16 : kVisits4];
         Rotation one_core;
         one_core.add(t1_decode, decode);
         if (ab_walk) {
             one_core.add(t1_old_walk, [&] { return with_walk(kOtherWalks[0].from_default(walk0), decode); });
             one_core.add(t1_other_heads, [&] { return with_walk(other_heads.from_default(walk0), decode); });
+            one_core.add(t1_other_visits, [&] { return with_walk(other_visits.from_default(walk0), decode); });
         }
         if (ab_group) one_core.add(t1_direct, [&] { return with_group_paths(false, false, decode); });
         if (ab_wide) one_core.add(t1_avx2, [&] { return with_group_paths(true, false, decode); });
@@ -255,6 +265,10 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
                           ms(t1_other_heads));
             report(std::string("1. ... ") + other_heads.label + ", one thread: time / default's",
                    fastest(t1_other_heads) / fastest(t1_decode), "", note);
+            std::snprintf(note, sizeof note, "one thread, %s: %.1f ms/step", other_visits.what,
+                          ms(t1_other_visits));
+            report(std::string("1. ... ") + other_visits.label + ", one thread: time / default's",
+                   fastest(t1_other_visits) / fastest(t1_decode), "", note);
         }
         if (ab_group) {
             std::snprintf(note, sizeof note, "one thread, direct path: %.1f ms/step", ms(t1_direct));

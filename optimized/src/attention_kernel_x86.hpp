@@ -107,9 +107,13 @@ KVC_KERNEL_TARGET inline __m256 exp_nonpositive(__m256 x) {
 //    L1 miss buffers for a whole DRAM round trip, so a deep L1 prefetch throttles itself; into L2 the requests
 //    queue where there are many more, and the demand load finds its line one short hop away. A second, near step
 //    into L1 (2 or 4 rows ahead) was slower: its own address walk costs more than the hop it saves.
-//  - Tiles of 1-3 rows (MHA decode) visit each head for at most prefetch_rows keys, then move to the next head of
+//  - Tiles of 1-3 rows (MHA decode) visit each head for at most visit_keys keys (16), then move to the next head of
 //    the call: a head's prefetcher then runs a whole round of heads ahead of its use, as it does at 16-token
 //    blocks, instead of 16 rows. 256-token blocks, MHA, one thread: 19.1 -> 23.5 GB/s (visits of 32 keys: 19.8).
+//    On the Intel Xeon kind (model 167, 2026-12-04, every step from memory) visits of 4 keys took 0.85-0.87 of the
+//    time of visits of 16 at both block sizes, on one thread and two, with the prefetch still 16 rows ahead (4 or 8
+//    ahead: the same); visits of 8 took 0.99-1.10. machine_walk() gives Intel cores visits of 4; Zen 4 and the Intel
+//    model 207 kind were not measured with them.
 //    Tiles of 4+ rows keep whole runs: there the compute per byte is 8x larger, and shorter visits cost 5 %
 //    (more 1-key tails of the 4 x 3 score blocks). AMD cores without AVX-512 (Zen 2, Zen 3) keep whole runs for every
 //    tile: there whole runs took 0.85-0.88 of the visits' time at 256-token blocks (machine_walk,
@@ -243,6 +247,14 @@ KVC_KERNEL_TARGET inline void score_run(const float* const* q, const uint8_t* kp
         dots<DT, R, KJ>(q, kp + i * row_bytes, row_bytes, d, scale, out);
         for (int r = 0; r < R; ++r)
             for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
+    }
+    if constexpr (R == 1) { // 4 keys at once where 8 do not fit (a visit of 4 keys: WalkPlan), not one by one
+        if (i + 4 <= run) {
+            pf.upto(j0 + i + 4);
+            dots<DT, R, 4>(q, kp + i * row_bytes, row_bytes, d, scale, out);
+            for (int kj = 0; kj < 4; ++kj) sc[0][j0 + i + kj] = out[kj];
+            i += 4;
+        }
     }
     for (; i < run; ++i) { // the run's last keys, one at a time (the same arithmetic per dot product)
         pf.upto(j0 + i + 1);
@@ -445,7 +457,7 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     // keys per visit to a head (the walk, above); any length gives the same bits: every dot product is its own,
     // and phase 4 reloads each output from its state, so the keys still reach each element in order
     const uint32_t visit =
-        !kGroupScores && walk.interleave_heads ? std::max(ahead, 1u) : kSplitKeys;
+        !kGroupScores && walk.interleave_heads ? std::max<uint32_t>(walk.visit_keys, 1u) : kSplitKeys;
 
     // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run (visits of at most `visit`
     // keys), heads inside

@@ -2,6 +2,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <cstring>
 #endif
 
 namespace kvc::opt {
@@ -50,18 +51,28 @@ bool cpu_has_avx512() {
 #endif
 }
 
-bool cpu_is_amd() {
+namespace {
+// Whether CPUID leaf 0 names this vendor (12 characters: EBX, EDX, ECX in that order).
+bool cpu_vendor_is(const char* vendor) {
 #if defined(__x86_64__) || defined(__i386__)
-    static const bool yes = [] {
-        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-        if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
-        // the vendor string is EBX, EDX, ECX: "Auth" "enti" "cAMD"
-        return ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
-    }();
-    return yes;
+    unsigned eax = 0, regs[3] = {0, 0, 0};
+    if (__get_cpuid(0, &eax, &regs[0], &regs[2], &regs[1]) == 0) return false;
+    return std::memcmp(regs, vendor, 12) == 0;
 #else
+    (void)vendor;
     return false;
 #endif
+}
+} // namespace
+
+bool cpu_is_amd() {
+    static const bool yes = cpu_vendor_is("AuthenticAMD");
+    return yes;
+}
+
+bool cpu_is_intel() {
+    static const bool yes = cpu_vendor_is("GenuineIntel");
+    return yes;
 }
 
 const char* kernel_isa(bool simd_allowed) {

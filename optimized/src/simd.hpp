@@ -11,9 +11,10 @@ bool cpu_has_avx2_f16c();
 // split kernel uses them.
 bool cpu_has_avx512();
 
-// True on AMD processors (CPUID vendor "AuthenticAMD"): the default walk of the x86 kernels depends on it
+// The CPUID vendor: "AuthenticAMD", "GenuineIntel". The default walk of the x86 kernels depends on it
 // (attention_kernel_avx2.cpp, machine_walk).
 bool cpu_is_amd();
+bool cpu_is_intel();
 
 // The instruction set the engine's kernels use here: "AVX-512+AVX2+FMA+F16C", "AVX2+FMA+F16C" or "portable"
 // (benchmarks print it).
