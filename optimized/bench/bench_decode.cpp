@@ -36,7 +36,7 @@ constexpr OtherWalk kOtherWalks[] = {
      [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, false, w.visit_keys}; }},
     {"heads interleaved", "heads interleaved in the default's visits",
      [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, true, w.visit_keys}; }},
-    {"visits of 16 keys", "heads interleaved in visits of 16 keys (the default until 2026-12-04)",
+    {"visits of 16 keys", "heads interleaved in visits of 16 keys (the default except on Intel cores)",
      [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, true, 16}; }},
     {"visits of 4 keys", "heads interleaved in visits of 4 keys",
      [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, true, 4}; }},
