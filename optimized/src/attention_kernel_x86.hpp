@@ -110,10 +110,11 @@ KVC_KERNEL_TARGET inline __m256 exp_nonpositive(__m256 x) {
 //  - Tiles of 1-3 rows (MHA decode) visit each head for at most visit_keys keys (16), then move to the next head of
 //    the call: a head's prefetcher then runs a whole round of heads ahead of its use, as it does at 16-token
 //    blocks, instead of 16 rows. 256-token blocks, MHA, one thread: 19.1 -> 23.5 GB/s (visits of 32 keys: 19.8).
-//    On the Intel Xeon kind (model 167, 2026-12-04, every step from memory) visits of 4 keys took 0.85-0.87 of the
-//    time of visits of 16 at both block sizes, on one thread and two, with the prefetch still 16 rows ahead (4 or 8
-//    ahead: the same); visits of 8 took 0.99-1.10. machine_walk() gives Intel cores visits of 4; Zen 4 and the Intel
-//    model 207 kind were not measured with them.
+//    On the Intel Xeon kind (model 167, 2026-12-04, every step from memory) visits of 4 keys took 0.84-0.91 of the
+//    time of visits of 16 at both block sizes, on one thread and two, with the prefetch 4, 8 or 16 rows ahead;
+//    visits of 8 took 0.87-1.10. machine_walk() gives Intel cores visits of 4 (in cache they cost 18 %: each visit's
+//    V accumulators are loaded and stored 4x as often); Zen 4 and the Intel model 207 kind were not measured with
+//    them.
 //    Tiles of 4+ rows keep whole runs: there the compute per byte is 8x larger, and shorter visits cost 5 %
 //    (more 1-key tails of the 4 x 3 score blocks). AMD cores without AVX-512 (Zen 2, Zen 3) keep whole runs for every
 //    tile: there whole runs took 0.85-0.88 of the visits' time at 256-token blocks (machine_walk,
