@@ -1,6 +1,7 @@
 #include "bench_common.hpp"
 #include "attention_kernel.hpp"
 
+#include "block_pool.hpp"
 #include "simd.hpp"
 #include "thread_pool.hpp"
 
@@ -9,12 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 namespace kvc::bench {
@@ -112,21 +111,10 @@ double with_walk(const opt::WalkPlan& walk, const std::function<double()>& run) 
     return seconds;
 }
 
-TouchedBuffer::TouchedBuffer(size_t bytes) : n_(bytes) {
-    constexpr size_t kHuge = size_t(2) << 20;
-    const size_t rounded = (std::max<size_t>(bytes, 1) + kHuge - 1) / kHuge * kHuge; // aligned_alloc's rule
-    p_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHuge, rounded)));
-    if (!p_) {
-        std::fprintf(stderr, "kvcheck_bench: cannot allocate %zu bytes\n", rounded);
-        std::exit(1);
-    }
-    madvise(p_.get(), rounded, MADV_HUGEPAGE); // advice: failure is harmless
-    for (size_t i = 0; i < rounded; i += 4096) p_.get()[i] = 1;
+TouchedBuffer::TouchedBuffer(size_t bytes) : p_(new uint8_t[bytes + 64]), n_(bytes) { // new[]: not yet touched
+    opt::advise_huge_pages(p_.get(), bytes + 64);
+    for (size_t i = 0; i < bytes + 64; i += 4096) p_[i] = 1;
 }
-
-void TouchedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
-
-TouchedBuffer touched_buffer(size_t bytes) { return TouchedBuffer(bytes); }
 
 namespace {
 // Twice the last-level cache the OS reports (glibc's sysconf: 0 or -1 where it does not know), at least 64 MiB and
@@ -144,7 +132,7 @@ TouchedBuffer& eviction_buffer() {
 
 void evict_caches() {
     TouchedBuffer& b = eviction_buffer();
-    stream_read_seconds(b.data(), eviction_size());
+    stream_read_seconds(b.data(), b.size());
 }
 
 size_t eviction_bytes() { return eviction_size(); }

@@ -32,8 +32,9 @@ double stream_read_seconds(const uint8_t* buf, size_t bytes, unsigned max_thread
 double memcpy_seconds(uint8_t* dst, const uint8_t* src, size_t bytes);
 
 // A buffer that is really there: every page written once, after asking for transparent huge pages as the engine's
-// pool does for its slabs (block_pool.cpp), so the streaming read and the decode it is compared with walk memory
-// through the same kind of pages. (Until 2026-12-04 the read's buffer was a std::vector on 4 KiB pages.)
+// pool does for its slabs (opt::advise_huge_pages), so the streaming read and the decode it is compared with walk
+// memory through the same kind of pages. (Until 2026-12-04 the read's buffer was a std::vector on 4 KiB pages.)
+// 64 bytes more than size() are there: stream_read_seconds() starts at the first 64-byte boundary.
 class TouchedBuffer {
 public:
     explicit TouchedBuffer(size_t bytes);
@@ -41,13 +42,9 @@ public:
     size_t size() const { return n_; }
 
 private:
-    struct Free {
-        void operator()(uint8_t* p) const;
-    };
-    std::unique_ptr<uint8_t, Free> p_;
+    std::unique_ptr<uint8_t[]> p_; // n_ + 64 bytes
     size_t n_ = 0;
 };
-TouchedBuffer touched_buffer(size_t bytes);
 
 // Pushes what the last measurement left in the caches back to memory: reads, with every core, a buffer of twice the
 // last-level cache (at least 64 MiB), so the measurement that follows starts from memory whatever ran before it.

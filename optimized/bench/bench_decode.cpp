@@ -31,19 +31,16 @@ constexpr OtherWalk kOtherWalks[] = {
     {"walk of before 2026-12-01", "16 rows ahead into L1, each head's whole run at a time",
      [](opt::WalkPlan) { return opt::WalkPlan{16, false, false, 16}; }},
     {"into L1", "the default walk, prefetching into L1 (prefetcht0)",
-     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, false, w.interleave_heads, w.visit_keys}; }},
-    {"whole runs", "each head's whole run at a time",
-     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, false, w.visit_keys}; }},
+     [](opt::WalkPlan w) { w.prefetch_to_l2 = false; return w; }},
+    {"whole runs", "each head's whole run at a time", [](opt::WalkPlan w) { w.interleave_heads = false; return w; }},
     {"heads interleaved", "heads interleaved in the default's visits",
-     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, true, w.visit_keys}; }},
+     [](opt::WalkPlan w) { w.interleave_heads = true; return w; }},
     {"visits of 16 keys", "heads interleaved in visits of 16 keys (the default except on Intel cores)",
-     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, true, 16}; }},
+     [](opt::WalkPlan w) { w.interleave_heads = true; w.visit_keys = 16; return w; }},
     {"visits of 4 keys", "heads interleaved in visits of 4 keys",
-     [](opt::WalkPlan w) { return opt::WalkPlan{w.prefetch_rows, w.prefetch_to_l2, true, 4}; }},
-    {"8 rows ahead", "the default walk, 8 rows ahead",
-     [](opt::WalkPlan w) { return opt::WalkPlan{8, w.prefetch_to_l2, w.interleave_heads, w.visit_keys}; }},
-    {"32 rows ahead", "the default walk, 32 rows ahead",
-     [](opt::WalkPlan w) { return opt::WalkPlan{32, w.prefetch_to_l2, w.interleave_heads, w.visit_keys}; }},
+     [](opt::WalkPlan w) { w.interleave_heads = true; w.visit_keys = 4; return w; }},
+    {"8 rows ahead", "the default walk, 8 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 8; return w; }},
+    {"32 rows ahead", "the default walk, 32 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 32; return w; }},
 };
 constexpr int kWalks = sizeof kOtherWalks / sizeof kOtherWalks[0];
 constexpr int kWholeRuns = 2, kHeadsInterleaved = 3, kVisits16 = 4, kVisits4 = 5; // their places above
@@ -151,7 +148,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         step.run(*e); // warm-up
         // the read covers the first step's bytes; every time below is seconds per byte (DecodeStep::run)
         const uint64_t stream_bytes = step.last_bytes;
-        TouchedBuffer buf = touched_buffer(stream_bytes);
+        TouchedBuffer buf(stream_bytes);
         // small caches take more repetitions: their steps are short, and the fastest of many is steadier
         const int reps = stream_bytes < (64u << 20) ? 4 * kReps : kReps;
         // A/B of the AVX2 kernel's group path (tiles of 4+ rows: GQA) against its direct path; same bits

@@ -119,7 +119,7 @@ void BM_DecodeInCache(benchmark::State& state) {
                    note);
         } else {
             const uint64_t bytes = kv_bytes(kTokens);
-            TouchedBuffer buf = touched_buffer(bytes);
+            TouchedBuffer buf(bytes);
             std::vector<double> t_read;
             for (int r = 0; r < 200; ++r) t_read.push_back(stream_read_seconds(buf.data(), bytes, 1) / double(bytes));
             const double read = 1 / fastest(t_read) / 1e9;

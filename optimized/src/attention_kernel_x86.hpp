@@ -236,52 +236,44 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) void dots(const float* c
     }
 }
 
-// Phase 1 for R rows over one block run: scores of keys j0 .. j0 + run - 1 into sc[r][j0 ..].
-template <uint32_t DT, int R>
-KVC_KERNEL_TARGET inline void score_run(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
-                                      uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
-    constexpr int KJ = R >= 5 ? 1 : 8 / R; // 8 accumulators (6 for 3 rows); measured faster than 12
+// Keys j0 + i .. j0 + i + KJ - 1 of a block run (at kp) for R rows, one register block: the prefetcher advanced
+// first (a steady trickle, never a burst; none when pf is null), then dots() into sc[r][j0 + i ..].
+template <uint32_t DT, int R, int KJ>
+KVC_KERNEL_TARGET inline __attribute__((always_inline)) void score_block(const float* const* q, const uint8_t* kp,
+                                                                       uint32_t i, uint64_t row_bytes, uint32_t d,
+                                                                       __m256 scale, RowPrefetcher* pf,
+                                                                       float (*sc)[kSplitKeys], uint32_t j0) {
     alignas(32) float out[16];
-    uint32_t i = 0;
-    for (; i + KJ <= run; i += KJ) {
-        pf.upto(j0 + i + KJ); // a steady trickle, never a burst
-        dots<DT, R, KJ>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r)
-            for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
-    }
-    if constexpr (R == 1) { // 4 keys at once where 8 do not fit (a visit of 4 keys: WalkPlan), not one by one
-        if (i + 4 <= run) {
-            pf.upto(j0 + i + 4);
-            dots<DT, R, 4>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-            for (int kj = 0; kj < 4; ++kj) sc[0][j0 + i + kj] = out[kj];
-            i += 4;
-        }
-    }
-    for (; i < run; ++i) { // the run's last keys, one at a time (the same arithmetic per dot product)
-        pf.upto(j0 + i + 1);
-        dots<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
-    }
+    if (pf) pf->upto(j0 + i + KJ);
+    dots<DT, R, KJ>(q, kp + i * row_bytes, row_bytes, d, scale, out);
+    for (int r = 0; r < R; ++r)
+        for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
 }
 
-// Phase 1 for R rows, KJ keys per register block, straight from the cache (no scratch).
+// Phase 1 for R rows over one block run, KJ keys per register block, straight from the cache (no scratch): scores
+// of keys j0 .. j0 + run - 1 into sc[r][j0 ..]. One row takes what is left of the run in 4 keys where 8 do not fit
+// (a visit of 4 keys: WalkPlan); the run's last keys go one at a time. Every dot product is the same arithmetic
+// whichever block it falls in.
 template <uint32_t DT, int R, int KJ>
 KVC_KERNEL_TARGET inline void score_run_kj(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
                                          uint32_t d, __m256 scale, RowPrefetcher* pf, float (*sc)[kSplitKeys],
                                          uint32_t j0) {
-    alignas(32) float out[16];
     uint32_t i = 0;
-    for (; i + KJ <= run; i += KJ) {
-        if (pf) pf->upto(j0 + i + KJ);
-        dots<DT, R, KJ>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r)
-            for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
+    for (; i + KJ <= run; i += KJ) score_block<DT, R, KJ>(q, kp, i, row_bytes, d, scale, pf, sc, j0);
+    if constexpr (R == 1 && KJ > 4) {
+        if (i + 4 <= run) {
+            score_block<DT, R, 4>(q, kp, i, row_bytes, d, scale, pf, sc, j0);
+            i += 4;
+        }
     }
-    for (; i < run; ++i) {
-        if (pf) pf->upto(j0 + i + 1);
-        dots<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
-    }
+    for (; i < run; ++i) score_block<DT, R, 1>(q, kp, i, row_bytes, d, scale, pf, sc, j0);
+}
+
+// The direct path's phase 1: 8 accumulators per register block (6 for 3 rows; measured faster than 12).
+template <uint32_t DT, int R>
+KVC_KERNEL_TARGET inline void score_run(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
+                                      uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
+    score_run_kj<DT, R, (R >= 5 ? 1 : 8 / R)>(q, kp, run, row_bytes, d, scale, &pf, sc, j0);
 }
 
 // The V loops advance the prefetcher every kTrickleRows keys, from a loop around the key loop: a prefetch branch

@@ -19,21 +19,21 @@ constexpr uint64_t kSmallSlabBytes = 64 * 1024;  // a first slab this big (or 25
 constexpr uint64_t kSmallSlabBlocks = 256;
 constexpr uint64_t kGrowthDivisor = 64;          // later slabs: 1/64 of what is held, so reserve stays < 2 %
 
+} // namespace
+
+void advise_huge_pages(void* p, uint64_t bytes) {
+    constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
 // Large slabs ask for transparent huge pages: a decode walks one head's rows block by block, a new 4 KiB page
 // every run, and TLB misses on those pages were what kept the prefetches from running ahead. Only the 2 MiB-aligned
 // middle of the slab is advised (it is malloc's memory; the ends may share pages with other chunks). Never in seal
 // mode, where mprotect works on single pages.
-void advise_huge_pages_impl(void* slab, uint64_t bytes) {
-    constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(slab) + kHuge - 1) & ~(kHuge - 1);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(slab) + bytes) & ~(kHuge - 1);
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE); // advice: failure is harmless
-}
-
-} // namespace
-
 void BlockPool::advise_huge_pages(void* slab, uint64_t bytes) const {
-    if (!opt_.seal) advise_huge_pages_impl(slab, bytes);
+    if (!opt_.seal) opt::advise_huge_pages(slab, bytes);
 }
 
 BlockPool::BlockPool(const PoolOptions& opt) : opt_(opt) {

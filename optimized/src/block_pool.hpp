@@ -15,6 +15,10 @@
 
 namespace kvc::opt {
 
+// Asks for transparent huge pages on the 2 MiB-aligned middle of [p, p + bytes) (malloc's memory: the ends may share
+// pages with other chunks). Advice only: failure is harmless. Call it before the pages are first touched.
+void advise_huge_pages(void* p, uint64_t bytes);
+
 struct PoolOptions {
     uint64_t block_bytes = 0; // K and V bytes of one block (both planes), padding excluded
     uint32_t dtype = 0;       // for the NaN pattern
