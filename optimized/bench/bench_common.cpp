@@ -137,6 +137,33 @@ void evict_caches() {
 
 size_t eviction_bytes() { return eviction_size(); }
 
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+__attribute__((target("clflushopt"))) void flush_lines_opt(const uint8_t* p, const uint8_t* end) {
+    for (; p < end; p += 64) _mm_clflushopt(const_cast<uint8_t*>(p));
+    _mm_sfence();
+}
+void flush_lines_plain(const uint8_t* p, const uint8_t* end) {
+    for (; p < end; p += 64) _mm_clflush(p);
+    _mm_mfence();
+}
+} // namespace
+#endif
+
+void flush_lines(const void* p, size_t bytes) {
+#if defined(__x86_64__) || defined(__i386__)
+    const auto a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63);
+    const auto* first = reinterpret_cast<const uint8_t*>(a);
+    const auto* end = static_cast<const uint8_t*>(p) + bytes;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("clflushopt")) flush_lines_opt(first, end);
+    else flush_lines_plain(first, end);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 double stream_read_seconds(const uint8_t* buf, size_t bytes, unsigned max_threads) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(buf);
     const uint8_t* aligned = buf + ((64 - a % 64) % 64);

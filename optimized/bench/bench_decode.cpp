@@ -4,7 +4,8 @@
 // scattered over the pool against blocks in address order. Interleaved A/Bs in the same loop: heads walked together
 // or one per kernel call, the AVX2 kernel's group path or its direct path (GQA), the AVX-512 kernel or the AVX2 one
 // (GQA, machines with AVX-512), and the walk (prefetching, visits). Every timed decode and read of both groups starts
-// from memory (evict_caches): the goal is decode at memory speed, and a cache left in a large L3 measured L3.
+// from memory (evict_caches, then flush_lines over the measured K/V blocks or read buffer): the goal is decode at
+// memory speed, and a cache left in a large L3 measured L3.
 #include "bench_common.hpp"
 
 #include "attention_kernel.hpp"
@@ -41,6 +42,11 @@ constexpr OtherWalk kOtherWalks[] = {
      [](opt::WalkPlan w) { w.interleave_heads = true; w.visit_keys = 4; return w; }},
     {"8 rows ahead", "the default walk, 8 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 8; return w; }},
     {"32 rows ahead", "the default walk, 32 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 32; return w; }},
+    {"nothing ahead", "the default walk, 0 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 0; return w; }},
+    {"V prefetch spread", "the default walk, each V pass prefetching its share (the default on Intel cores)",
+     [](opt::WalkPlan w) { w.spread_prefetch = true; return w; }},
+    {"V prefetch in the first pass", "the default walk, the first V pass prefetching a piece's rows",
+     [](opt::WalkPlan w) { w.spread_prefetch = false; return w; }},
 };
 constexpr int kWalks = sizeof kOtherWalks / sizeof kOtherWalks[0];
 constexpr int kWholeRuns = 2, kHeadsInterleaved = 3, kVisits16 = 4, kVisits4 = 5; // their places above
@@ -70,6 +76,17 @@ std::unique_ptr<opt::Engine> filled(const Shape& sh, bool shuffled) {
         for (uint32_t t = 0; t < sh.tokens; t += chunk)
             if (e->append(s, 0, chunk, k.data(), v.data()) != KVC_OK) std::exit(1);
     return e;
+}
+
+// Every K/V byte of the engine's sequences 0 .. seqs - 1 out of the caches (flush_lines, block by block).
+void flush_kv(const opt::Engine& e, uint32_t seqs) {
+    const kvc_kv_layout g = e.geometry();
+    for (uint32_t s = 0; s < seqs; ++s)
+        for (uint64_t pos = 0;; pos += g.block_size) {
+            const uint8_t* block = e.slot_address(s, 0, pos, KVC_PLANE_K, 0); // slot 0 of head 0 of K: the block
+            if (block == nullptr) break;
+            flush_lines(block, kvc_kv_block_bytes(&g));
+        }
 }
 
 struct DecodeStep {
@@ -118,6 +135,9 @@ struct DecodeStep {
 // (clock, the pool's threads waking).
 class Rotation {
 public:
+    // cold(): what else each measurement must find out of the caches (the scan of evict_caches() does not evict a
+    // buffer every measurement reuses: flush_lines)
+    explicit Rotation(std::function<void()> cold) : cold_(std::move(cold)) {}
     void add(std::vector<double>& times, std::function<double()> measure) {
         items_.push_back({&times, std::move(measure)});
     }
@@ -126,11 +146,13 @@ public:
         for (size_t i = 0; i < n; ++i) {
             Item& it = items_[(static_cast<size_t>(repetition) + i) % n];
             evict_caches();
+            cold_();
             it.times->push_back(it.measure());
         }
     }
 
 private:
+    std::function<void()> cold_;
     struct Item {
         std::vector<double>* times;
         std::function<double()> measure;
@@ -172,7 +194,8 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
             if (one_thread) e->set_threads(1);
             step.run(*e); // warm-up
         };
-        Rotation all_cores; // the decode and its A/B variants
+        const auto cold_kv = [&] { flush_kv(*e, sh.seqs); };
+        Rotation all_cores(cold_kv); // the decode and its A/B variants
         all_cores.add(t_decode, decode);
         all_cores.add(t_single, [&] { // one KV head per kernel call, as before heads were walked together
             e->set_group_heads(false);
@@ -187,6 +210,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         for (int r = 0; r < reps; ++r) { // interleaved, so drifts in the machine hit both sides alike
             keep_size();
             evict_caches();
+            flush_lines(buf.data(), buf.size() + 64);
             t_stream.push_back(stream_read_seconds(buf.data(), stream_bytes) / double(stream_bytes));
             all_cores.run(r);
         }
@@ -200,7 +224,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         // or 4 keys): the choices per machine kind
         const OtherWalk& other_heads = kOtherWalks[walk0.interleave_heads ? kWholeRuns : kHeadsInterleaved];
         const OtherWalk& other_visits = kOtherWalks[walk0.visit_keys == 4 ? kVisits16 : kVisits4];
-        Rotation one_core;
+        Rotation one_core(cold_kv);
         one_core.add(t1_decode, decode);
         if (ab_walk) {
             one_core.add(t1_old_walk, [&] { return with_walk(kOtherWalks[0].from_default(walk0), decode); });
@@ -212,6 +236,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         for (int r = 0; r < reps; ++r) { // as many as on all cores: one core of a shared host is the noisier side
             keep_size();
             evict_caches();
+            flush_lines(buf.data(), buf.size() + 64);
             t1_stream.push_back(stream_read_seconds(buf.data(), stream_bytes, 1) / double(stream_bytes));
             one_core.run(r);
         }
@@ -307,8 +332,10 @@ void BM_DecodeShuffledBlocks(benchmark::State& state) {
         std::vector<double> tc, ts;
         for (int r = 0; r < kReps; ++r) {
             evict_caches();
+            flush_kv(*contiguous, kSeqs);
             tc.push_back(step.run(*contiguous));
             evict_caches();
+            flush_kv(*shuffled, kSeqs);
             ts.push_back(step.run(*shuffled));
         }
         const double overhead = fastest(ts) / fastest(tc) - 1.0;

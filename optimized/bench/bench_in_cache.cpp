@@ -6,9 +6,11 @@
 //    byte with 8 query rows, so its decode is bound by arithmetic: this is how close to the core's peak it computes.
 //  - MHA: bytes/s over the same run's read of a buffer as big (one thread, also in L2): the kernel's overhead
 //    per byte where memory is not the limit.
-// Issue 12 sets no goal here; the lines make the in-cache figures of docs/performance.md reproducible.
+// Issue 12 sets no goal here; the lines make the in-cache figures of docs/performance.md reproducible. On machines
+// with AVX-512, GQA also A/Bs WalkPlan::spread_prefetch in the same loop (every second step), to show its cost here.
 #include "bench_common.hpp"
 
+#include "attention_kernel.hpp"
 #include "simd.hpp"
 
 #include <immintrin.h>
@@ -64,8 +66,9 @@ double fma_peak(bool zmm) {
 constexpr uint64_t kv_bytes(uint64_t tokens) { return tokens * 2 * kKvHeads * kHeadDim * 2; }
 
 // Seconds per byte of one-thread decode steps over a cache of kTokens tokens: the sequence is filled afresh every
-// kStepsPerFill steps (each step adds a token: 12 steps grow it by 5 %), fastest step per byte.
-double in_cache_seconds_per_byte(uint32_t group) {
+// kStepsPerFill steps (each step adds a token: 12 steps grow it by 5 %), fastest step per byte. With `other`, every
+// second step runs that walk instead (an A/B in one loop), its fastest into *other_spb.
+double in_cache_seconds_per_byte(uint32_t group, const opt::WalkPlan* other = nullptr, double* other_spb = nullptr) {
     const uint32_t qh = group * kKvHeads;
     auto e = engine_for(config(qh, kKvHeads, kHeadDim, KVC_DTYPE_F16, kBlock, 1));
     e->set_threads(1);
@@ -78,18 +81,23 @@ double in_cache_seconds_per_byte(uint32_t group) {
     for (float& x : q) x = dist(gen);
     for (float& x : k1) x = dist(gen);
     for (float& x : v1) x = dist(gen);
-    std::vector<double> t;
+    std::vector<double> t, t_other;
+    const opt::WalkPlan walk0 = opt::avx2_walk();
     for (int f = 0; f < kFills; ++f) {
         e->release(0); // the blocks go back to the free list: every fill writes the same memory
         if (e->append(0, 0, kTokens, k.data(), v.data()) != KVC_OK) std::exit(1);
         for (uint32_t s = 0; s <= kStepsPerFill; ++s) {
+            const bool b = other != nullptr && s % 2 == 1;
+            if (b) opt::set_avx2_walk(*other);
             const double t0 = now_s();
             if (e->append_attend(0, 0, 1, q.data(), k1.data(), v1.data(), out.data()) != KVC_OK) std::exit(1);
             const double dt = now_s() - t0;
+            if (b) opt::set_avx2_walk(walk0);
             if (s == 0) continue; // warm-up after the fill
-            t.push_back(dt / double(kv_bytes(kTokens + s + 1)));
+            (b ? t_other : t).push_back(dt / double(kv_bytes(kTokens + s + 1)));
         }
     }
+    if (other_spb != nullptr) *other_spb = fastest(t_other);
     return fastest(t);
 }
 
@@ -100,7 +108,12 @@ void BM_DecodeInCache(benchmark::State& state) {
             state.SkipWithError("no AVX2/FMA/F16C: the portable kernels have no FMA loop to compare with");
             return;
         }
-        const double spb = in_cache_seconds_per_byte(group);
+        // GQA: the AVX-512 group path's V prefetches spread over its passes, or not (WalkPlan::spread_prefetch)
+        opt::WalkPlan other = opt::avx2_walk();
+        other.spread_prefetch = !other.spread_prefetch;
+        double other_spb = 0;
+        const bool ab_spread = group > 1 && opt::cpu_has_avx512();
+        const double spb = in_cache_seconds_per_byte(group, ab_spread ? &other : nullptr, &other_spb);
         const double gbps = 1 / spb / 1e9;
         char note[240];
         if (group > 1) {
@@ -117,6 +130,15 @@ void BM_DecodeInCache(benchmark::State& state) {
                           gbps, rate, zmm ? "512-bit" : "256-bit", peak, kTokens, kBlock);
             report("7. in-cache decode GQA " + std::to_string(group) + ":1 / FMA peak, one thread", rate / peak, "",
                    note);
+            if (ab_spread) {
+                std::snprintf(note, sizeof note, "the same steps with %s: %.1f GB/s",
+                              other.spread_prefetch ? "each V pass prefetching its share"
+                                                    : "the first V pass prefetching a piece's rows",
+                              1 / other_spb / 1e9);
+                report(std::string("7. ... V prefetch ") + (other.spread_prefetch ? "spread" : "in the first pass") +
+                           ": time / default's",
+                       other_spb / spb, "", note);
+            }
         } else {
             const uint64_t bytes = kv_bytes(kTokens);
             TouchedBuffer buf(bytes);

@@ -73,14 +73,16 @@ bool avx2_group_path();
 // of it changes a bit of any result; it exists for the benchmark's A/B and the test that checks that. Process-wide:
 // set it only while no kernel runs.
 struct WalkPlan {
-    uint32_t prefetch_rows = 16;  // rows per KV head fetched ahead of the row in use, along the block table
+    uint16_t prefetch_rows = 16;  // rows per KV head fetched ahead of the row in use, along the block table
     bool prefetch_to_l2 = true;   // prefetcht1 (into L2); false: prefetcht0 (into L1), as before 2026-12-01
     bool interleave_heads = true; // tiles of 1-3 rows: visit each head for at most visit_keys keys at a time
     uint16_t visit_keys = 16;     // keys per visit where heads are interleaved (0 counts as 1); until 2026-12-04
                                   // it was prefetch_rows
+    bool spread_prefetch = false; // the AVX-512 group path's V: each pass of a piece over the head dimension
+                                  // prefetches its share of the rows ahead, instead of the first pass all of them
 };
 // The plan in use: at start, this machine's default (machine_walk, attention_kernel_avx2.cpp: interleave_heads off on
-// AMD cores without AVX-512, visits of 4 keys on Intel cores).
+// AMD cores without AVX-512; visits of 4 keys and spread_prefetch on Intel cores).
 void set_avx2_walk(const WalkPlan& plan);
 WalkPlan avx2_walk();
 // The AVX-512 kernel's 512-bit group path (on by default). Off: that kernel runs the AVX2 kernel for every tile, as

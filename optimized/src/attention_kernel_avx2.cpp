@@ -22,7 +22,10 @@ namespace {
 WalkPlan machine_walk() {
     WalkPlan w = kDefaultWalk;
     if (cpu_is_amd() && !cpu_has_avx512()) w.interleave_heads = false;
-    if (cpu_is_intel()) w.visit_keys = 4;
+    if (cpu_is_intel()) {
+        w.visit_keys = 4;
+        w.spread_prefetch = true;
+    }
     return w;
 }
 

@@ -137,6 +137,7 @@ struct RowPrefetcher {
     uint32_t n_next = 0; // keys of the next split worth fetching (0 when there is none)
     uint32_t ahead = kDefaultWalk.prefetch_rows; // rows fetched ahead of the row in use
     bool to_l2 = kDefaultWalk.prefetch_to_l2;
+    bool spread = kDefaultWalk.spread_prefetch; // WalkPlan::spread_prefetch (the AVX-512 group path's V passes)
     uint32_t v = 0;        // the next virtual row to prefetch
     uint32_t span_v0 = 0;  // the span holding row v: its first virtual row,
     uint32_t span_end = 0; // the virtual row after its last (v == span_end: row v starts the next span)
@@ -439,7 +440,7 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     const uint32_t n_next =
         next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, ahead)) : 0;
     RowPrefetcher pf[kMaxCallRows];
-    for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead, walk.prefetch_to_l2};
+    for (uint32_t h = 0; h < nh; ++h) pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead, walk.prefetch_to_l2, walk.spread_prefetch};
     // the group path: scores from 4 rows on; V where there is something to widen (f16, bf16) and more than one
     // 4-row block to share it (for one block the AVX2 scratch is pure overhead: measured; AVX-512 follows the same
     // gate, unmeasured for f32 and 4-row tiles)

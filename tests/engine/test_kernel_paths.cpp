@@ -199,14 +199,21 @@ TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
     int cases_widened = 0;
     for (int c = 0; c < 300; ++c) {
         const KernelCase kc(rng);
-        for (const bool group : {true, false}) { // the group paths, then the direct path compiled for AVX-512
+        // the group paths (V prefetch spread over the passes or not: same bits), then the direct path compiled for
+        // AVX-512
+        for (const int path : {0, 1, 2}) {
+            const bool group = path < 2;
+            opt::WalkPlan walk = opt::avx2_walk();
+            walk.spread_prefetch = path == 1;
+            opt::set_avx2_walk(walk);
             opt::set_avx2_group_path(group);
             const std::vector<float> wide = kc.run(opt::split_kernel_avx512(kc.dtype));
             const std::vector<float> avx2 = kc.run(opt::split_kernel_avx2(kc.dtype));
             ASSERT_EQ(wide.size(), avx2.size());
             for (size_t i = 0; i < wide.size(); ++i)
                 ASSERT_EQ(0, std::memcmp(&wide[i], &avx2[i], sizeof(float)))
-                    << "case " << c << (group ? ", group path" : ", direct path") << ", value " << i << " (AVX-512 "
+                    << "case " << c << (group ? ", group path" : ", direct path")
+                    << (walk.spread_prefetch ? ", V prefetch spread" : "") << ", value " << i << " (AVX-512 "
                     << wide[i] << ", AVX2 " << avx2[i] << "): " << kc.describe();
         }
         if (kc.n > 4 && kc.dtype != KVC_DTYPE_F32) ++cases_widened;
