@@ -207,22 +207,16 @@ KVC_TARGET_AVX512 void group_piece(const uint8_t* v, uint64_t row_bytes, uint32_
     // WalkPlan::spread_prefetch: every 16-wide pass fetches its share of the rows ahead, so the fetches are spread
     // through the piece's whole compute instead of bunched in its first quarter (d = 128: 4 passes). Intel Xeon model
     // 167, 2026-12-04, every step from memory: GQA 8:1 decode 4-6 % faster at 16-token blocks, 0-4 % at 256; in
-    // cache 3 % slower (4x the prefetcher's calls). Same bits: only prefetches move.
-    if (pf && pf->spread && n16 >= 2) {
-        const uint32_t passes = (n16 + 1) / 2;
-        for (uint32_t p = 0; c < n16; c += 2, ++p) {
-            const uint32_t from = v0 + count * p / passes, to = v0 + count * (p + 1) / passes;
-            if (c + 2 <= n16) accumulate_pass16<DT, R, 2>(v, row_bytes, count, sc, col, st, 16 * c, pf, from, to);
-            else accumulate_pass16<DT, R, 1>(v, row_bytes, count, sc, col, st, 16 * c, pf, from, to);
-        }
-        pf = nullptr;
+    // cache 3 % slower (4x the prefetcher's calls). Same bits: only prefetches move. Without it the first pass
+    // fetches them all.
+    const uint32_t passes = pf && pf->spread ? (n16 + 1) / 2 : 1; // the passes that advance the prefetcher
+    for (uint32_t p = 0; c < n16; c += 2, ++p) {
+        RowPrefetcher* const pp = p < passes ? pf : nullptr;
+        const uint32_t from = v0 + count * p / passes, to = v0 + count * (p + 1) / passes;
+        if (c + 2 <= n16) accumulate_pass16<DT, R, 2>(v, row_bytes, count, sc, col, st, 16 * c, pp, from, to);
+        else accumulate_pass16<DT, R, 1>(v, row_bytes, count, sc, col, st, 16 * c, pp, from, to);
     }
-    for (; c + 2 <= n16; c += 2, pf = nullptr)
-        accumulate_pass16<DT, R, 2>(v, row_bytes, count, sc, col, st, 16 * c, pf, v0, v0 + count);
-    if (c < n16) {
-        accumulate_pass16<DT, R, 1>(v, row_bytes, count, sc, col, st, 16 * c, pf, v0, v0 + count);
-        pf = nullptr;
-    }
+    if (n16 > 0) pf = nullptr;
     const float* pr[R];
     for (int r = 0; r < R; ++r) pr[r] = sc[r] + col;
     if (d % 16 >= 8) {
