@@ -155,8 +155,11 @@ void flush_lines(const void* p, size_t bytes) {
     const auto a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63);
     const auto* first = reinterpret_cast<const uint8_t*>(a);
     const auto* end = static_cast<const uint8_t*>(p) + bytes;
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("clflushopt")) flush_lines_opt(first, end);
+    static const bool opt = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("clflushopt") != 0;
+    }();
+    if (opt) flush_lines_opt(first, end);
     else flush_lines_plain(first, end);
 #else
     (void)p;

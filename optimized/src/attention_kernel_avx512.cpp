@@ -156,22 +156,8 @@ KVC_TARGET_AVX512 void group_scores(const float* const* q, const uint8_t* kp, ui
     }
 }
 
-// key(i) for i = 0 .. count - 1 in order; with a prefetcher, it advances linearly from row v0 to row v1 over the
-// keys, every kTrickleRows keys (v1 - v0 == count: trickle_keys).
-template <class KeyBody>
-KVC_TARGET_AVX512 inline __attribute__((always_inline)) void trickle_range(uint32_t count, RowPrefetcher* pf,
-                                                                           uint32_t v0, uint32_t v1,
-                                                                           const KeyBody& key) {
-    if (!pf || v1 - v0 == count) return trickle_keys(count, pf, v0, key);
-    for (uint32_t i0 = 0; i0 < count; i0 += kTrickleRows) {
-        const uint32_t i1 = std::min(count, i0 + kTrickleRows);
-        pf->upto(v0 + (v1 - v0) * i1 / count);
-        for (uint32_t i = i0; i < i1; ++i) key(i);
-    }
-}
-
 // o[r][c0 .. c0 + 16 CP) += p[r][col + i] * v_i[...] for keys i in order, straight from the cached rows, R x CP zmm
-// accumulators; with a prefetcher, it trickles from row v0 to row v1 along the keys (trickle_range).
+// accumulators; with a prefetcher, it trickles from row v0 to row v1 along the keys (trickle_keys).
 template <uint32_t DT, int R, int CP>
 KVC_TARGET_AVX512 inline __attribute__((always_inline)) void accumulate_pass16(const uint8_t* v, uint64_t row_bytes,
                                                                                uint32_t count,
@@ -182,7 +168,7 @@ KVC_TARGET_AVX512 inline __attribute__((always_inline)) void accumulate_pass16(c
     __m512 acc[R][CP];
     KVC_UNROLL for (int r = 0; r < R; ++r)
         KVC_UNROLL for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm512_loadu_ps(st[r].o + c0 + 16 * cc);
-    trickle_range(count, pf, v0, v1, [&](uint32_t i) KVC_KEY_BODY {
+    trickle_keys(count, pf, v0, v1, [&](uint32_t i) KVC_KEY_BODY {
         const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
         __m512 vv[CP];
         KVC_UNROLL for (int cc = 0; cc < CP; ++cc) vv[cc] = load16<DT>(row + 16 * cc * elem_bytes<DT>());

@@ -281,13 +281,23 @@ KVC_KERNEL_TARGET inline void score_run(const float* const* q, const uint8_t* kp
 // inside the key loop (with the prefetcher's own loops) made GCC keep the accumulators on the stack.
 constexpr uint32_t kTrickleRows = 4;
 
-// key(i) for the keys i = 0 .. count - 1 in order; with a prefetcher (the first pass over these rows) it advances to
-// row v0 + i1 before each group of kTrickleRows keys, without one the keys are one flat loop (in groups of 4 it
-// cost 5 % of a GQA step: measured). The body is a lambda that must be inlined (attribute KVC_KEY_BODY), or its
-// captured accumulators would live on the stack.
+// key(i) for the keys i = 0 .. count - 1 in order; with a prefetcher it advances, before each group of kTrickleRows
+// keys, linearly from row v0 to row v1 over the keys: to v0 + i1 where v1 = v0 + count (a pass that fetches its own
+// rows ahead), a share of them otherwise (the AVX-512 group path's V passes, WalkPlan::spread_prefetch). Without
+// one the keys are one flat loop (in groups of 4 it cost 5 % of a GQA step: measured). The body is a lambda that
+// must be inlined (attribute KVC_KEY_BODY), or its captured accumulators would live on the stack.
 template <class KeyBody>
 KVC_KERNEL_TARGET inline __attribute__((always_inline)) void trickle_keys(uint32_t count, RowPrefetcher* pf,
-                                                                        uint32_t v0, const KeyBody& key) {
+                                                                        uint32_t v0, uint32_t v1,
+                                                                        const KeyBody& key) {
+    if (pf && v1 - v0 != count) { // a share: the division per group, decided once (v1 = v0 + count folds away)
+        for (uint32_t i0 = 0; i0 < count; i0 += kTrickleRows) {
+            const uint32_t i1 = std::min(count, i0 + kTrickleRows);
+            pf->upto(v0 + (v1 - v0) * i1 / count);
+            for (uint32_t i = i0; i < i1; ++i) key(i);
+        }
+        return;
+    }
     const uint32_t group = pf ? kTrickleRows : count;
     for (uint32_t i0 = 0; i0 < count; i0 += group) {
         const uint32_t i1 = std::min(count, i0 + group);
@@ -312,7 +322,7 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) void accumulate_pass(con
     __m256 acc[R][CP];
     KVC_UNROLL for (int r = 0; r < R; ++r)
         KVC_UNROLL for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm256_loadu_ps(st[r].o + c0 + 8 * cc);
-    trickle_keys(count, pf, v0, [&](uint32_t i) KVC_KEY_BODY {
+    trickle_keys(count, pf, v0, v0 + count, [&](uint32_t i) KVC_KEY_BODY {
         const uint8_t* row = v + i * row_bytes + c0 * elem_bytes<DT>();
         __m256 pb[kHoist ? R : 1];
         if constexpr (kHoist) {
