@@ -36,9 +36,11 @@ std::atomic<bool> g_group_path{true};
 // rows 0-3 in 4 x 3 blocks (with the prefetches), then rows 4 .. R-1 over the same keys, now in L1 (KJ so that
 // accumulators and K chunks fit the 16 registers).
 template <uint32_t DT, int R>
-KVC_TARGET_AVX2 void group_scores(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes, uint32_t d,
-                                  __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
+KVC_TARGET_AVX2 void group_scores(const float (*qs)[kMaxHeadDim], const uint8_t* kp, uint32_t run, uint64_t row_bytes,
+                                  uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
+    const float* q[R];
+    for (int r = 0; r < R; ++r) q[r] = qs[r];
     score_run_kj<DT, 4, 3>(q, kp, run, row_bytes, d, scale, &pf, sc, j0);
     if constexpr (R > 4) {
         constexpr int R2 = R - 4, KJ2 = R2 == 4 ? 3 : 8 / R2; // 12, or 8 (6 for 3 rows) as score_run

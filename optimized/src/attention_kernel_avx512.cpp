@@ -79,12 +79,13 @@ KVC_TARGET_AVX512 inline __m512 reduce8_halves(const __m512* z) {
 }
 
 // q . k for R rows and 2 * KP consecutive keys, R * KP zmm accumulators (two keys each), each dot product exactly as
-// the shared dots() computes it (8-lane accumulator, chunks in order, reduce8, then the scale). red[p] holds the scores of keys 2p and 2p + 1, scaled, in
-// reduce8_halves' order: row r's score of key 2p + h is red[p][(r / 4) * 8 + h * 4 + r % 4].
+// the shared dots() computes it (8-lane accumulator, chunks in order, reduce8, then the scale). red[p] holds the
+// scores of keys 2p and 2p + 1, scaled, in reduce8_halves' order: row r's score of key 2p + h is lane
+// (r / 4) * 8 + h * 4 + r % 4.
 template <uint32_t DT, int R, int KP>
-KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float* const* q, const uint8_t* k,
+KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float (*q)[kMaxHeadDim], const uint8_t* k,
                                                                      uint64_t row_bytes, uint32_t d, __m512 scale,
-                                                                     float (*red)[16]) {
+                                                                     __m512* red) {
     static_assert(R <= 8 && R * KP + KP + 1 <= 32, "accumulators, K chunks and one q chunk fit the 32 registers");
     __m512 acc[R * KP];
     KVC_UNROLL for (int i = 0; i < R * KP; ++i) acc[i] = _mm512_setzero_ps();
@@ -115,33 +116,59 @@ KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float
     KVC_UNROLL for (int p = 0; p < KP; ++p) {
         __m512 z[8];
         KVC_UNROLL for (int r = 0; r < 8; ++r) z[r] = r < R ? acc[r * KP + p] : _mm512_setzero_ps();
-        _mm512_store_ps(red[p], _mm512_mul_ps(reduce8_halves(z), scale));
+        red[p] = _mm512_mul_ps(reduce8_halves(z), scale);
     }
 }
 
 // The scores of one key pair (one red[p] of dots_x2) into the rows' score buffers: keys j and j + 1.
 template <int R>
-KVC_TARGET_AVX512 inline void scatter_pair(const float* red, float (*sc)[kSplitKeys], uint32_t j) {
+KVC_TARGET_AVX512 inline void scatter_pair(__m512 red_p, float (*sc)[kSplitKeys], uint32_t j) {
+    alignas(64) float red[16];
+    _mm512_store_ps(red, red_p);
     for (int r = 0; r < R; ++r) {
         sc[r][j] = red[(r / 4) * 8 + r % 4];
         sc[r][j + 1] = red[(r / 4) * 8 + 4 + r % 4];
     }
 }
 
+// The scores of two key pairs (red[0], red[1] of dots_x2) into the rows' score buffers, keys j .. j + 3: two
+// permutes put each row's 4 scores side by side (rows 0-3 in one zmm, 4-7 in the other), one 16-byte store per row.
+// Scattering them one by one cost a shuffle each (32 per block of 4 keys, on the FMA port 5).
+template <int R>
+KVC_TARGET_AVX512 inline void store_quad(const __m512* red, float (*sc)[kSplitKeys], uint32_t j) {
+    // lane 4 r' + kk of half g: row 4 g + r', key kk = 2 p + h, found in red[p] at lane 8 g + 4 h + r' (p = 1: + 16)
+    const __m512i lo = _mm512_setr_epi32(0, 4, 16, 20, 1, 5, 17, 21, 2, 6, 18, 22, 3, 7, 19, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    const __m512 half[2] = {_mm512_permutex2var_ps(red[0], lo, red[1]), _mm512_permutex2var_ps(red[0], hi, red[1])};
+    KVC_UNROLL for (int r = 0; r < R; ++r) {
+        const __m512 h = half[r / 4];
+        const __m128 x = r % 4 == 0   ? _mm512_castps512_ps128(h)
+                         : r % 4 == 1 ? _mm512_extractf32x4_ps(h, 1)
+                         : r % 4 == 2 ? _mm512_extractf32x4_ps(h, 2)
+                                      : _mm512_extractf32x4_ps(h, 3);
+        _mm_storeu_ps(sc[r] + j, x);
+    }
+}
+
 // Phase 1 of the group path: all R rows at once, 4 keys per register block for 6-8 rows (R x 2 zmm accumulators;
 // 3 x 8 spills them to the stack), 6 for 4-5 rows, then pairs, then a last single key through the shared dots().
 template <uint32_t DT, int R>
-KVC_TARGET_AVX512 void group_scores(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
-                                    uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
+KVC_TARGET_AVX512 void group_scores(const float (*q)[kMaxHeadDim], const uint8_t* kp, uint32_t run,
+                                    uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
+                                    float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
     constexpr int KP = R > 5 ? 2 : 3, KJ = 2 * KP;
     const __m512 scale2 = _mm512_broadcast_f32x8(scale);
-    alignas(64) float red[KP][16];
+    __m512 red[KP];
     uint32_t i = 0;
     for (; i + KJ <= run; i += KJ) {
         pf.upto(j0 + i + KJ);
         dots_x2<DT, R, KP>(q, kp + i * row_bytes, row_bytes, d, scale2, red);
-        for (int p = 0; p < KP; ++p) scatter_pair<R>(red[p], sc, j0 + i + 2 * p);
+        if constexpr (KP == 2) {
+            store_quad<R>(red, sc, j0 + i);
+        } else {
+            for (int p = 0; p < KP; ++p) scatter_pair<R>(red[p], sc, j0 + i + 2 * p);
+        }
     }
     for (; i + 2 <= run; i += 2) {
         pf.upto(j0 + i + 2);
@@ -150,8 +177,10 @@ KVC_TARGET_AVX512 void group_scores(const float* const* q, const uint8_t* kp, ui
     }
     if (i < run) {
         alignas(32) float out[16];
+        const float* qr[R];
+        for (int r = 0; r < R; ++r) qr[r] = q[r];
         pf.upto(j0 + i + 1);
-        dots<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale, out);
+        dots<DT, R, 1>(qr, kp + i * row_bytes, row_bytes, d, scale, out);
         for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
     }
 }

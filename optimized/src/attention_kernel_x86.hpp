@@ -394,10 +394,13 @@ KVC_KERNEL_TARGET void accumulate_all_live(const uint8_t* v, uint64_t row_bytes,
 constexpr uint32_t kPieceKeys = 16;
 
 // The group path's inner loops, defined by the including file for its instruction set (same bits either way).
-// Phase 1 for R >= 4 rows over one block run: scores of keys j0 .. j0 + run - 1 into sc[r][j0 ..].
+// Phase 1 for R >= 4 rows over one block run: scores of keys j0 .. j0 + run - 1 into sc[r][j0 ..]. The rows' queries
+// are copies a fixed stride apart (q[r], padded with zeros as the tile's), so that a register block addresses all
+// of them from one register: with a pointer per row, 8 rows and 4 keys ran out of general registers (measured).
 template <uint32_t DT, int R>
-KVC_KERNEL_TARGET void group_scores(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
-                                    uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0);
+KVC_KERNEL_TARGET void group_scores(const float (*q)[kMaxHeadDim], const uint8_t* kp, uint32_t run,
+                                    uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
+                                    float (*sc)[kSplitKeys], uint32_t j0);
 // Phase 4 of the group path for count V rows of one block run that all R rows see: o[r] += sum over keys i < count
 // of p[r][col + i] * v_i, every output element taking its keys in key order (p: the rows' probabilities, one row of
 // the split's score buffer each); `wide` is an L1 scratch of kPieceKeys x dq floats where KVC_GROUP_VALUES_SCRATCH
@@ -462,6 +465,16 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     // and phase 4 reloads each output from its state, so the keys still reach each element in order
     const uint32_t visit =
         !kGroupScores && walk.interleave_heads ? std::max<uint32_t>(walk.visit_keys, 1u) : kSplitKeys;
+    // group_scores' queries: row r of head h at qs[h * R + r], copied once per split (2 KiB at d = 128, against the
+    // split's 256 keys of scores)
+    alignas(64) float qs[kGroupScores ? kMaxCallRows : 1][kMaxHeadDim];
+    if constexpr (kGroupScores) {
+        if (group_path)
+            for (uint32_t h = 0; h < nh; ++h)
+                for (int r = 0; r < R; ++r)
+                    for (uint32_t c = 0; c < dq; c += 8)
+                        _mm256_store_ps(qs[h * R + r] + c, _mm256_loadu_ps(tiles[h].q[r] + c));
+    }
 
     // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run (visits of at most `visit`
     // keys), heads inside
@@ -473,8 +486,8 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
         for (uint32_t h = 0; h < nh; ++h) {
             if constexpr (kGroupScores) {
                 if (group_path) {
-                    group_scores<DT, R>(tiles[h].q, kp + h * L.head_bytes, run, L.row_bytes, d, scale, pf[h],
-                                           sc + h * R, j);
+                    group_scores<DT, R>(qs + h * R, kp + h * L.head_bytes, run, L.row_bytes, d, scale, pf[h],
+                                        sc + h * R, j);
                     continue;
                 }
             }
