@@ -43,6 +43,11 @@ constexpr OtherWalk kOtherWalks[] = {
     {"8 rows ahead", "the default walk, 8 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 8; return w; }},
     {"32 rows ahead", "the default walk, 32 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 32; return w; }},
     {"nothing ahead", "the default walk, 0 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 0; return w; }},
+    {"pages primed 8 KiB ahead", "the default walk, pages primed 8 KiB ahead (the default on Intel cores)",
+     [](opt::WalkPlan w) { w.prime_kib = 8; return w; }},
+    {"pages primed 16 KiB ahead", "the default walk, pages primed 16 KiB ahead",
+     [](opt::WalkPlan w) { w.prime_kib = 16; return w; }},
+    {"no pages primed", "the default walk, no pages primed", [](opt::WalkPlan w) { w.prime_kib = 0; return w; }},
     {"V prefetch spread", "the default walk, each V pass prefetching its share (the default on Intel cores)",
      [](opt::WalkPlan w) { w.spread_prefetch = true; return w; }},
     {"V prefetch in the first pass", "the default walk, the first V pass prefetching a piece's rows",
@@ -50,10 +55,13 @@ constexpr OtherWalk kOtherWalks[] = {
 };
 constexpr int kWalks = sizeof kOtherWalks / sizeof kOtherWalks[0];
 constexpr int kWholeRuns = 2, kHeadsInterleaved = 3, kVisits16 = 4, kVisits4 = 5; // their places above
+constexpr int kPrimed8 = 9, kUnprimed = 11;
 static_assert(std::string_view(kOtherWalks[kWholeRuns].label) == "whole runs", "kWholeRuns names its walk");
 static_assert(std::string_view(kOtherWalks[kHeadsInterleaved].label) == "heads interleaved", "and kHeadsInterleaved");
 static_assert(std::string_view(kOtherWalks[kVisits16].label) == "visits of 16 keys", "and kVisits16");
 static_assert(std::string_view(kOtherWalks[kVisits4].label) == "visits of 4 keys", "and kVisits4");
+static_assert(std::string_view(kOtherWalks[kPrimed8].label) == "pages primed 8 KiB ahead", "and kPrimed8");
+static_assert(std::string_view(kOtherWalks[kUnprimed].label) == "no pages primed", "and kUnprimed");
 
 struct Shape {
     uint32_t seqs = kSeqs, tokens = kTokens, q_heads = kKvHeads, kv_heads = kKvHeads, block = kBlock;
@@ -219,17 +227,20 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         // the same on one core each: what a core achieves whatever else runs on the machine
         e->set_threads(1);
         one_thread = true;
-        std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk, t1_other_heads, t1_other_visits, t1_avx2;
+        std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk, t1_other_heads, t1_other_visits, t1_other_prime,
+            t1_avx2;
         // the head walk and the visit length the default does not use (whole runs or heads interleaved; visits of 16
         // or 4 keys): the choices per machine kind
         const OtherWalk& other_heads = kOtherWalks[walk0.interleave_heads ? kWholeRuns : kHeadsInterleaved];
         const OtherWalk& other_visits = kOtherWalks[walk0.visit_keys == 4 ? kVisits16 : kVisits4];
+        const OtherWalk& other_prime = kOtherWalks[walk0.prime_kib != 0 ? kUnprimed : kPrimed8];
         Rotation one_core(cold_kv);
         one_core.add(t1_decode, decode);
         if (ab_walk) {
             one_core.add(t1_old_walk, [&] { return with_walk(kOtherWalks[0].from_default(walk0), decode); });
             one_core.add(t1_other_heads, [&] { return with_walk(other_heads.from_default(walk0), decode); });
             one_core.add(t1_other_visits, [&] { return with_walk(other_visits.from_default(walk0), decode); });
+            one_core.add(t1_other_prime, [&] { return with_walk(other_prime.from_default(walk0), decode); });
         }
         if (ab_group) one_core.add(t1_direct, [&] { return with_group_paths(false, false, decode); });
         if (ab_wide) one_core.add(t1_avx2, [&] { return with_group_paths(true, false, decode); });
@@ -291,6 +302,9 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
                           ms(t1_other_visits));
             report(std::string("1. ... ") + other_visits.label + ", one thread: time / default's",
                    fastest(t1_other_visits) / fastest(t1_decode), "", note);
+            std::snprintf(note, sizeof note, "one thread, %s: %.1f ms/step", other_prime.what, ms(t1_other_prime));
+            report(std::string("1. ... ") + other_prime.label + ", one thread: time / default's",
+                   fastest(t1_other_prime) / fastest(t1_decode), "", note);
         }
         if (ab_group) {
             std::snprintf(note, sizeof note, "one thread, direct path: %.1f ms/step", ms(t1_direct));

@@ -80,6 +80,9 @@ struct WalkPlan {
                                   // it was prefetch_rows
     bool spread_prefetch = false; // the AVX-512 group path's V: each pass of a piece over the head dimension
                                   // prefetches its share of the rows ahead, instead of the first pass all of them
+    uint8_t prime_kib = 0;        // KiB of each head's walk ahead of the row in use whose 4 KiB pages are primed
+                                  // (their first two lines fetched, which starts the core's stream prefetcher on
+                                  // them); 0: none
 };
 // The plan in use: at start, this machine's default (machine_walk, attention_kernel_avx2.cpp: interleave_heads off on
 // AMD cores without AVX-512; visits of 4 keys and spread_prefetch on Intel cores).

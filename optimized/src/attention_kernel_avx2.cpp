@@ -18,13 +18,17 @@ namespace {
 // there (their hardware prefetcher streams a head's long run), on Zen 2 it made no difference (measured 2026-12-01
 // and 2026-12-02); at 16-token blocks the two are the same walk. The bits are the same either way. "AMD without
 // AVX-512" stands for Zen 1-3: a Zen 4 guest whose hypervisor hides AVX-512 would get whole runs too (speed only).
-// Intel cores visit each head 4 keys at a time (measured on the model 167 kind, attention_kernel_x86.hpp).
+// Intel cores visit each head 4 keys at a time (measured on the model 167 kind, attention_kernel_x86.hpp) and prime
+// pages 8 KiB ahead (WalkPlan::prime_kib): there every decode from memory gained 3-10 % (MHA 7-10 % at 16-token
+// blocks, 3 % at 256; GQA 8:1 6-7 %; the single sequences 4-9 %), 16 KiB ahead gained less and 4 KiB almost nothing
+// (kvcheck_bench's A/B lines, 2026-12-04). Not measured on the other kinds: off there.
 WalkPlan machine_walk() {
     WalkPlan w = kDefaultWalk;
     if (cpu_is_amd() && !cpu_has_avx512()) w.interleave_heads = false;
     if (cpu_is_intel()) {
         w.visit_keys = 4;
         w.spread_prefetch = true;
+        w.prime_kib = 8;
     }
     return w;
 }

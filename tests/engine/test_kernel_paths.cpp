@@ -163,11 +163,13 @@ TEST(KernelPaths, EveryWalkGivesTheSameBits) {
     if (!opt::cpu_has_avx2_f16c()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C: the AVX2 kernel cannot run here";
     SwitchesRestored restore;
     // kDefaultWalk first; visits of 1, 3, 4, 16 and 100 keys, whole runs, prefetching into L1 or L2 (or nothing
-    // ahead), the visits as long as the prefetch or not
-    const opt::WalkPlan walks[] = {{16, true, true, 16}, {1, true, true, 1},    {3, false, true, 3},
-                                   {100, true, true, 100}, {16, true, false, 16}, {0, false, false, 16},
-                                   {16, true, true, 4},  {4, true, true, 4},    {2, true, true, 8},
-                                   {16, true, true, 0}};
+    // ahead), the visits as long as the prefetch or not; pages primed 1, 8 or 255 KiB ahead (the primer reads the
+    // block table far ahead: the sanitizer build checks that it stays inside)
+    const opt::WalkPlan walks[] = {{16, true, true, 16},           {1, true, true, 1},    {3, false, true, 3},
+                                   {100, true, true, 100},         {16, true, false, 16}, {0, false, false, 16},
+                                   {16, true, true, 4},            {4, true, true, 4},    {2, true, true, 8},
+                                   {16, true, true, 0},            {16, true, true, 4, true, 8},
+                                   {1, false, false, 16, false, 1}, {0, true, true, 4, true, 255}};
     Rng rng(test_seed(20261202));
     int cases_with_short_visits = 0;
     for (int c = 0; c < 200; ++c) {
