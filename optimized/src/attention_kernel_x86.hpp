@@ -128,6 +128,10 @@ KVC_KERNEL_TARGET inline __m256 exp_nonpositive(__m256 x) {
 constexpr WalkPlan kDefaultWalk{};
 
 
+// The attributes of a lambda the kernel's loops call (a key body, a span step): the kernel's target (a lambda does not
+// inherit its enclosing function's) and inlined.
+#define KVC_KEY_BODY KVC_KERNEL_TARGET __attribute__((always_inline))
+
 // Where one walk along a split's rows stands: the span holding its next virtual row.
 struct SpanCursor {
     uint32_t v = 0;        // the next virtual row
@@ -190,41 +194,43 @@ struct RowPrefetcher {
                                              kvc_kv_block_offset(l, slot, plane, head, 0));
     }
 
+    // Moves cursor c on to row `target` span by span (`next`: as in next_span), with `at` set to the first line of
+    // each span it enters; step(stop, end) for each stretch, end the address after row stop - 1.
+    template <class Step>
+    KVC_KERNEL_TARGET inline __attribute__((always_inline)) void walk_to(SpanCursor& c, uintptr_t& at, uint32_t next,
+                                                                        uint32_t target, Step step) const {
+        while (c.v < target) {
+            if (c.v == c.span_end) {
+                next_span(c, next);
+                at = c.base & ~uintptr_t(63);
+            }
+            const uint32_t stop = std::min(target, c.span_end);
+            step(stop, c.base + uintptr_t(stop - c.span_v0) * l->row_bytes);
+            c.v = stop;
+        }
+    }
+
     template <_mm_hint Hint>
     KVC_KERNEL_TARGET inline __attribute__((always_inline)) void fetch_upto(uint32_t target) {
-        while (near.v < target) {
-            if (near.v == near.span_end) {
-                next_span(near, n_next);
-                line = near.base & ~uintptr_t(63);
-            }
-            const uint32_t stop = std::min(target, near.span_end);
-            const uintptr_t end = near.base + uintptr_t(stop - near.span_v0) * l->row_bytes;
+        walk_to(near, line, n_next, target, [&](uint32_t stop, uintptr_t end) KVC_KEY_BODY {
             // the fetch enters a new page: the primer moves on. Per page, not per call: in cache the primer is pure
             // overhead, 5 % of an MHA decode there when it ran on every call (Intel model 167, 2026-12-04).
             if (prime != 0 && ((end - 1) ^ (line - 1)) >> 12 != 0)
                 prime_upto(std::min(stop + prime, 2 * n + prime_next));
             for (; line < end; line += 64) _mm_prefetch(reinterpret_cast<const char*>(line), Hint);
-            near.v = stop;
-        }
+        });
     }
 
     // The primer: the first two lines of every 4 KiB page the walk will enter, far ahead of the fetch. Two ascending
     // misses in a page start the core's own stream prefetcher there, which then brings the page's other lines in
     // without holding the requests the software fetch is limited by (WalkPlan::prime_kib).
     KVC_KERNEL_TARGET inline __attribute__((always_inline)) void prime_upto(uint32_t target) {
-        while (far.v < target) {
-            if (far.v == far.span_end) {
-                next_span(far, prime_next);
-                page = far.base & ~uintptr_t(63);
-            }
-            const uint32_t stop = std::min(target, far.span_end);
-            const uintptr_t end = far.base + uintptr_t(stop - far.span_v0) * l->row_bytes;
+        walk_to(far, page, prime_next, target, [&](uint32_t, uintptr_t end) KVC_KEY_BODY {
             for (; page < end; page = (page | 4095) + 1) {
                 _mm_prefetch(reinterpret_cast<const char*>(page), _MM_HINT_T1);
                 _mm_prefetch(reinterpret_cast<const char*>(page + 64), _MM_HINT_T1);
             }
-            far.v = stop;
-        }
+        });
     }
 
     // prefetches every row before virtual index `used + ahead` (used: the row about to be read, plus one; the V loops
@@ -348,9 +354,6 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) void trickle_keys(uint32
         for (uint32_t i = i0; i < i1; ++i) key(i);
     }
 }
-// A key body's attributes: the kernel's target (a lambda does not inherit its enclosing function's) and inlined.
-#define KVC_KEY_BODY KVC_KERNEL_TARGET __attribute__((always_inline))
-
 // o[r] += sum over keys i < count of p[r][i] * v_i, for R rows that all see every one of these keys. Accumulators
 // stay in registers for CP chunks of 8 at a time while the keys stream by; per element the FMAs still run in key
 // order, exactly as the row-by-row path does.
