@@ -44,7 +44,7 @@ KVC_TARGET_AVX2 void group_scores(const float (*qs)[kMaxHeadDim], const uint8_t*
                                   uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
     const float* q[R];
-    for (int r = 0; r < R; ++r) q[r] = qs[r];
+    row_pointers(qs, q);
     score_run_kj<DT, 4, 3>(q, kp, run, row_bytes, d, scale, &pf, sc, j0);
     if constexpr (R > 4) {
         constexpr int R2 = R - 4, KJ2 = R2 == 4 ? 3 : 8 / R2; // 12, or 8 (6 for 3 rows) as score_run

@@ -178,7 +178,7 @@ KVC_TARGET_AVX512 void group_scores(const float (*q)[kMaxHeadDim], const uint8_t
     if (i < run) {
         alignas(32) float out[16];
         const float* qr[R];
-        for (int r = 0; r < R; ++r) qr[r] = q[r];
+        row_pointers(q, qr);
         pf.upto(j0 + i + 1);
         dots<DT, R, 1>(qr, kp + i * row_bytes, row_bytes, d, scale, out);
         for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];

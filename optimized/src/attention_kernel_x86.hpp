@@ -447,6 +447,11 @@ template <uint32_t DT, int R>
 KVC_KERNEL_TARGET void group_scores(const float (*q)[kMaxHeadDim], const uint8_t* kp, uint32_t run,
                                     uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
                                     float (*sc)[kSplitKeys], uint32_t j0);
+// Those rows as one pointer each, for the loops that take them so (dots, score_run_kj).
+template <int R>
+inline void row_pointers(const float (*q)[kMaxHeadDim], const float* (&out)[R]) {
+    for (int r = 0; r < R; ++r) out[r] = q[r];
+}
 // Phase 4 of the group path for count V rows of one block run that all R rows see: o[r] += sum over keys i < count
 // of p[r][col + i] * v_i, every output element taking its keys in key order (p: the rows' probabilities, one row of
 // the split's score buffer each); `wide` is an L1 scratch of kPieceKeys x dq floats where KVC_GROUP_VALUES_SCRATCH
@@ -496,12 +501,14 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
     const WalkPlan walk = avx2_walk(); // the whole plan at once (one relaxed atomic load, in the AVX2 file)
     const uint32_t ahead = walk.prefetch_rows;
-    const uint32_t n_next =
-        next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, ahead)) : 0;
-    // the primer's lead in rows (WalkPlan::prime_kib), and how far it goes on into the next split
+    // the keys of the next split a walk `lead` rows ahead reaches (0 when there is none)
+    const auto next_rows = [&](uint32_t lead) {
+        return next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, lead)) : 0u;
+    };
+    const uint32_t n_next = next_rows(ahead);
+    // the primer's lead in rows (WalkPlan::prime_kib)
     const uint32_t prime = walk.prime_kib == 0 ? 0 : std::max<uint32_t>(1, walk.prime_kib * 1024u / L.row_bytes);
-    const uint32_t prime_next =
-        next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, prime)) : 0;
+    const uint32_t prime_next = next_rows(prime);
     RowPrefetcher pf[kMaxCallRows];
     for (uint32_t h = 0; h < nh; ++h)
         pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead, walk.prefetch_to_l2,
