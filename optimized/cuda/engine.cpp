@@ -148,9 +148,14 @@ uint64_t Engine::blocks_needed(const Stream& s, uint32_t n) const {
     return need - have + (shared_partial && n > 0 ? 1 : 0);
 }
 
+// The arena holds its blocks, then the array of their addresses, which starts on 16 bytes: blocks * bb alone need
+// not be a multiple of 8 (an odd head_dim without RoPE), and a misaligned pointer load is a device fault.
+static uint64_t address_array_at(uint64_t blocks, uint64_t block_bytes) { return (blocks * block_bytes + 15) / 16 * 16; }
+
 kvc_kv_layout Engine::device_layout() const {
     kvc_kv_layout l = geometry_;
-    l.block_base = reinterpret_cast<uint8_t* const*>(arena_ + arena_blocks_ * kvc_kv_block_bytes(&geometry_));
+    l.block_base =
+        reinterpret_cast<uint8_t* const*>(arena_ + address_array_at(arena_blocks_, kvc_kv_block_bytes(&geometry_)));
     return l;
 }
 
@@ -163,7 +168,7 @@ bool Engine::reserve_blocks(uint64_t n) {
     if (arena_blocks_ == 0) want = std::max<uint64_t>(want, std::min<uint64_t>(256, std::max<uint64_t>(1, kFirstArenaBytes / bb)));
     if (want > UINT32_MAX) want = UINT32_MAX;
     if (want < in_use_ + n) return false;
-    const uint64_t bytes = want * bb + want * sizeof(uint8_t*);
+    const uint64_t bytes = address_array_at(want, bb) + want * sizeof(uint8_t*);
     uint8_t* fresh = nullptr;
     if (cudaMalloc(&fresh, bytes) != cudaSuccess) {
         cudaGetLastError(); // clear the sticky-free allocation error
@@ -172,7 +177,8 @@ bool Engine::reserve_blocks(uint64_t n) {
     std::vector<uint8_t*> bases(want);
     for (uint64_t b = 0; b < want; ++b) bases[b] = fresh + b * bb;
     if ((arena_ && cudaMemcpyAsync(fresh, arena_, arena_blocks_ * bb, cudaMemcpyDeviceToDevice, stream_) != cudaSuccess) ||
-        cudaMemcpyAsync(fresh + want * bb, bases.data(), want * sizeof(uint8_t*), cudaMemcpyHostToDevice, stream_) !=
+        cudaMemcpyAsync(fresh + address_array_at(want, bb), bases.data(), want * sizeof(uint8_t*),
+                        cudaMemcpyHostToDevice, stream_) !=
             cudaSuccess ||
         cudaStreamSynchronize(stream_) != cudaSuccess) {
         cudaFree(fresh);
@@ -341,7 +347,12 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     const uint64_t first = offsets[0];
     const kvc_kv_layout L = device_layout();
     const uint64_t bb = kvc_kv_block_bytes(&geometry_);
-    Geometry g{L, cfg_.cache_dtype, cfg_.rope, cfg_.n_q_heads, cfg_.n_kv_heads, d, group_, cfg_.scale, inv_freq_};
+    // rows start at arena_ + block * bb + a multiple of row_bytes: all on 16 bytes when arena_ and row_bytes are
+    const bool wide = geometry_.row_bytes % 16 == 0 && bb % 16 == 0 && reinterpret_cast<uintptr_t>(arena_) % 16 == 0;
+    Geometry g{L, cfg_.cache_dtype, cfg_.rope, cfg_.n_q_heads, cfg_.n_kv_heads, d, group_, cfg_.scale, inv_freq_,
+               wide ? 1u : 0u, 0u};
+    uint32_t rows_cap = 0;
+    for (const WorkItem& w : items) rows_cap = std::max(rows_cap, w.n_rows);
     cudaError_t e = cudaMemcpyAsync(base, meta.data(), meta_bytes, cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(base + at_k, k + first * cfg_.n_kv_heads * d, kv_elems * sizeof(float),
@@ -364,7 +375,8 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     if (e == cudaSuccess)
         e = launch_attention(g, dcalls, dtables, reinterpret_cast<const float*>(base + at_q),
                              reinterpret_cast<float*>(base + at_out), reinterpret_cast<const WorkItem*>(base + at_items),
-                             static_cast<uint32_t>(items.size()), reinterpret_cast<const MergeItem*>(base + at_merges),
+                             static_cast<uint32_t>(items.size()), rows_cap,
+                             reinterpret_cast<const MergeItem*>(base + at_merges),
                              static_cast<uint32_t>(merges.size()), reinterpret_cast<float*>(base + at_pm),
                              reinterpret_cast<float*>(base + at_pl), reinterpret_cast<float*>(base + at_po), stream_);
     if (e == cudaSuccess)
@@ -389,7 +401,7 @@ kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t 
     if (const kvc_status st = get_scratch(cv.size, scratch, "read_kv"); st != KVC_OK) return st;
     uint8_t* base = scratch.base;
     Geometry g{device_layout(), cfg_.cache_dtype, cfg_.rope, cfg_.n_q_heads, cfg_.n_kv_heads, cfg_.head_dim, group_,
-               cfg_.scale, inv_freq_};
+               cfg_.scale, inv_freq_, 0u, 0u}; // gather copies bytes as stored: wide_rows is not read
     cudaError_t e = cudaMemcpyAsync(base + at_table, s->blocks.data(), s->blocks.size() * sizeof(uint32_t),
                                     cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess)

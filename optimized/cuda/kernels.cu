@@ -24,6 +24,8 @@ using kvc::opt::merge_scales;
 using kvc::opt::normalize_elem;
 namespace m = kvc::opt::math;
 
+constexpr uint32_t kStageBatch = 4; // loads each thread has in flight while staging K or V rows
+
 // ---- append: scatter + RoPE + dtype conversion, one CUDA block per (new token, KV head) ----
 __global__ void append_kernel(Geometry g, const CallDesc* calls, const uint32_t* token_call, const uint32_t* tables,
                               const float* k, const float* v) {
@@ -84,16 +86,66 @@ __device__ void merge_states(RowStates into, RowStates from, uint32_t n_rows, ui
     __syncthreads();
 }
 
-// phase load (K or V rows): keys k0 + c0 .. + n of one KV head, widened to f32, into rows of stride d + 1 (the
+// Widens one 16-byte piece of a cached row (4 f32 or 8 16-bit elements, in address order) to f32.
+__device__ void widen_piece(uint4 piece, uint32_t dtype, float* out) {
+    const uint32_t w[4] = {piece.x, piece.y, piece.z, piece.w};
+#pragma unroll
+    for (uint32_t i = 0; i < 4; ++i) {
+        if (dtype == m::kDtypeF32) {
+            out[i] = __uint_as_float(w[i]);
+        } else { // little-endian: the lower half is the element at the lower address
+            const uint16_t lo = static_cast<uint16_t>(w[i] & 0xffffu), hi = static_cast<uint16_t>(w[i] >> 16);
+            out[2 * i] = dtype == m::kDtypeF16 ? m::f16_bits_to_f32(lo) : m::bf16_bits_to_f32(lo);
+            out[2 * i + 1] = dtype == m::kDtypeF16 ? m::f16_bits_to_f32(hi) : m::bf16_bits_to_f32(hi);
+        }
+    }
+}
+
+// phase load (K or V rows): keys key0 .. key0 + n - 1 of one KV head, widened to f32, into rows of stride d + 1 (the
 // stride keeps the score phase, where the 32 lanes of a warp read 32 different keys, free of bank conflicts).
+// Every thread issues all its loads of a batch before it converts and stores any of them. Loading one row at a time
+// per warp waited for memory once per row and held decode to 0.05 of the device's copy bandwidth (docs/gpu.md).
+// Rows that start on 16 bytes are read in 16-byte pieces, others element by element (consecutive lanes, consecutive
+// elements). Either way the same values land in the same places: only the loads differ, never the arithmetic.
 __device__ void stage_rows(const Geometry& g, const uint32_t* table, uint32_t plane, uint32_t kv_head, uint64_t key0,
                            uint32_t n, float* dst) {
-    // one warp per row: the row's address once (kvc_kv_address divides by the block size), then its elements by
-    // consecutive lanes (coalesced: one head's row is contiguous in its block)
-    const uint32_t d = g.head_dim, lane = threadIdx.x % 32;
-    for (uint32_t j = threadIdx.x / 32; j < n; j += blockDim.x / 32) {
-        const uint8_t* row = kvc_kv_address(&g.layout, table, key0 + j, plane, kv_head, 0);
-        for (uint32_t c = lane; c < d; c += 32) dst[j * (d + 1) + c] = m::load_elem(row + c * g.layout.elem_bytes, g.dtype);
+    const uint32_t d = g.head_dim, stride = d + 1;
+    if (g.wide_rows) {
+        const uint32_t per_piece = 16 / g.layout.elem_bytes, pieces = d / per_piece, total = n * pieces;
+        for (uint32_t first = 0; first < total; first += kStageBatch * blockDim.x) {
+            uint4 piece[kStageBatch];
+#pragma unroll
+            for (uint32_t b = 0; b < kStageBatch; ++b) {
+                const uint32_t x = first + b * blockDim.x + threadIdx.x;
+                piece[b] = make_uint4(0u, 0u, 0u, 0u);
+                if (x < total)
+                    piece[b] = __ldg(reinterpret_cast<const uint4*>(
+                        kvc_kv_address(&g.layout, table, key0 + x / pieces, plane, kv_head, (x % pieces) * per_piece)));
+            }
+#pragma unroll
+            for (uint32_t b = 0; b < kStageBatch; ++b) {
+                const uint32_t x = first + b * blockDim.x + threadIdx.x;
+                if (x < total) widen_piece(piece[b], g.dtype, dst + (x / pieces) * stride + (x % pieces) * per_piece);
+            }
+        }
+        return;
+    }
+    const uint32_t es = g.layout.elem_bytes, total = n * d;
+    for (uint32_t first = 0; first < total; first += kStageBatch * blockDim.x) {
+        float value[kStageBatch];
+#pragma unroll
+        for (uint32_t b = 0; b < kStageBatch; ++b) {
+            const uint32_t x = first + b * blockDim.x + threadIdx.x;
+            value[b] = 0.0f;
+            if (x < total)
+                value[b] = m::load_elem(kvc_kv_address(&g.layout, table, key0 + x / d, plane, kv_head, 0) + (x % d) * es,
+                                        g.dtype);
+        }
+#pragma unroll
+        for (uint32_t b = 0; b < kStageBatch; ++b) {
+            const uint32_t x = first + b * blockDim.x + threadIdx.x;
+            if (x < total) dst[(x / d) * stride + x % d] = value[b];
+        }
     }
 }
 
@@ -178,7 +230,7 @@ __device__ void split_state(const Geometry& g, const uint32_t* table, uint32_t k
 // One work item: a tile of rows of one (stream, KV head) over segments [seg_begin, seg_end).
 __global__ void __launch_bounds__(kThreads) attend_kernel(Geometry g, const CallDesc* calls, const uint32_t* tables,
                                                           const float* q, float* out, const WorkItem* items,
-                                                          float* pm, float* pl, float* po) {
+                                                          uint32_t rows_cap, float* pm, float* pl, float* po) {
     extern __shared__ float smem[];
     __shared__ uint32_t limit[kTileRows];
     __shared__ float st[6][kTileRows];
@@ -187,12 +239,13 @@ __global__ void __launch_bounds__(kThreads) attend_kernel(Geometry g, const Call
     const CallDesc c = calls[w.call];
     const uint32_t d = g.head_dim, R = w.n_rows, G = g.group;
     const uint32_t* table = tables + c.table_offset;
-    float* q_s = smem;                                  // [kTileRows][d]
-    float* kv_s = q_s + kTileRows * d;                  // [kChunkKeys][d + 1]
-    float* p_s = kv_s + kChunkKeys * (d + 1);           // [kTileRows][kSplitKeys]
-    const RowStates split{st[0], st[1], p_s + kTileRows * kSplitKeys};
-    const RowStates seg{st[2], st[3], split.o + kTileRows * d};
-    const RowStates tot{st[4], st[5], seg.o + kTileRows * d};
+    // the dynamic shared memory, sized for rows_cap (>= R) rows (attention_shared_bytes)
+    float* q_s = smem;                                  // [rows_cap][d]
+    float* kv_s = q_s + rows_cap * d;                   // [kChunkKeys][d + 1]
+    float* p_s = kv_s + kChunkKeys * (d + 1);           // [rows_cap][kSplitKeys]
+    const RowStates split{st[0], st[1], p_s + rows_cap * kSplitKeys};
+    const RowStates seg{st[2], st[3], split.o + rows_cap * d};
+    const RowStates tot{st[4], st[5], seg.o + rows_cap * d};
 
     // phase load: the tile's queries, rotated by their positions
     for (uint32_t x = threadIdx.x; x < R * d; x += blockDim.x) {
@@ -282,14 +335,14 @@ uint32_t threads_for(uint32_t d) { return d >= 128 ? 128u : d >= 64 ? 64u : 32u;
 
 } // namespace
 
-uint64_t attention_shared_bytes(uint32_t head_dim) {
-    const uint64_t d = head_dim;
-    return sizeof(float) * (kTileRows * d + kChunkKeys * (d + 1) + kTileRows * kSplitKeys + 3 * kTileRows * d);
+uint64_t attention_shared_bytes(uint32_t head_dim, uint32_t rows_cap) {
+    const uint64_t d = head_dim, r = rows_cap;
+    return sizeof(float) * (r * d + kChunkKeys * (d + 1) + r * kSplitKeys + 3 * r * d);
 }
 
 cudaError_t prepare_attention(uint32_t head_dim) {
     return cudaFuncSetAttribute(attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(attention_shared_bytes(head_dim)));
+                                static_cast<int>(attention_shared_bytes(head_dim, kTileRows)));
 }
 
 cudaError_t launch_append(const Geometry& g, const CallDesc* calls, const uint32_t* token_call, uint32_t total,
@@ -300,12 +353,13 @@ cudaError_t launch_append(const Geometry& g, const CallDesc* calls, const uint32
 }
 
 cudaError_t launch_attention(const Geometry& g, const CallDesc* calls, const uint32_t* tables, const float* q,
-                             float* out, const WorkItem* items, uint32_t n_items, const MergeItem* merges,
-                             uint32_t n_merge, float* partial_m, float* partial_l, float* partial_o,
-                             cudaStream_t s) {
+                             float* out, const WorkItem* items, uint32_t n_items, uint32_t rows_cap,
+                             const MergeItem* merges, uint32_t n_merge, float* partial_m, float* partial_l,
+                             float* partial_o, cudaStream_t s) {
     if (n_items > 0) {
-        attend_kernel<<<n_items, kThreads, attention_shared_bytes(g.head_dim), s>>>(g, calls, tables, q, out, items,
-                                                                                   partial_m, partial_l, partial_o);
+        if (rows_cap == 0 || rows_cap > kTileRows) return cudaErrorInvalidValue;
+        attend_kernel<<<n_items, kThreads, attention_shared_bytes(g.head_dim, rows_cap), s>>>(
+            g, calls, tables, q, out, items, rows_cap, partial_m, partial_l, partial_o);
         if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     }
     if (n_merge > 0) {

@@ -60,6 +60,8 @@ struct Geometry {
     uint32_t group;       // n_q_heads / n_kv_heads
     float scale;
     const double* inv_freq; // [head_dim / 2] device, when rope != NONE
+    uint32_t wide_rows;     // 1: every cached row starts on 16 bytes and is a whole number of 16-byte pieces long
+    uint32_t pad;
 };
 
 // Append: rows of k and v ([total][n_kv_heads][head_dim] f32, device) into their slots, K rotated, converted to the
@@ -68,19 +70,21 @@ cudaError_t launch_append(const Geometry& g, const CallDesc* calls, const uint32
                           const uint32_t* tables, const float* k, const float* v, cudaStream_t s);
 
 // Attention: every work item, then (n_merge > 0) the merge of spread tiles. q, out: [total][n_q_heads][head_dim].
+// rows_cap: the most rows of any item (<= kTileRows); the kernel's shared memory is sized for it, so that a decode
+// of one row per item leaves room for many blocks per multiprocessor.
 cudaError_t launch_attention(const Geometry& g, const CallDesc* calls, const uint32_t* tables, const float* q,
-                             float* out, const WorkItem* items, uint32_t n_items, const MergeItem* merges,
-                             uint32_t n_merge, float* partial_m, float* partial_l, float* partial_o,
-                             cudaStream_t s);
+                             float* out, const WorkItem* items, uint32_t n_items, uint32_t rows_cap,
+                             const MergeItem* merges, uint32_t n_merge, float* partial_m, float* partial_l,
+                             float* partial_o, cudaStream_t s);
 
 // Rows pos .. pos + n - 1 of one stream, K and V, as stored: [n][n_kv_heads][head_dim] elements of the cache dtype.
 cudaError_t launch_gather(const Geometry& g, const uint32_t* table, uint32_t pos, uint32_t n, uint8_t* k_out,
                           uint8_t* v_out, cudaStream_t s);
 
-// Allows the attention kernel the dynamic shared memory of head_dim (called with the largest, kMaxHeadDim, so
-// caches of different head_dim can be used side by side).
+// Allows the attention kernel the dynamic shared memory of head_dim and kTileRows rows (called with the largest,
+// kMaxHeadDim, so caches of different head_dim can be used side by side).
 cudaError_t prepare_attention(uint32_t head_dim);
-uint64_t attention_shared_bytes(uint32_t head_dim);
+uint64_t attention_shared_bytes(uint32_t head_dim, uint32_t rows_cap);
 
 } // namespace kvc::cuda
 
