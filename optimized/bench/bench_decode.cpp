@@ -43,7 +43,7 @@ constexpr OtherWalk kOtherWalks[] = {
     {"8 rows ahead", "the default walk, 8 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 8; return w; }},
     {"32 rows ahead", "the default walk, 32 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 32; return w; }},
     {"nothing ahead", "the default walk, 0 rows ahead", [](opt::WalkPlan w) { w.prefetch_rows = 0; return w; }},
-    {"pages primed 8 KiB ahead", "the default walk, pages primed 8 KiB ahead (the default on Intel cores)",
+    {"pages primed 8 KiB ahead", "the default walk, pages primed 8 KiB ahead (the default on Intel cores and Zen 4)",
      [](opt::WalkPlan w) { w.prime_kib = 8; return w; }},
     {"pages primed 16 KiB ahead", "the default walk, pages primed 16 KiB ahead",
      [](opt::WalkPlan w) { w.prime_kib = 16; return w; }},

@@ -85,7 +85,8 @@ struct WalkPlan {
                                   // them); 0: none
 };
 // The plan in use: at start, this machine's default (machine_walk, attention_kernel_avx2.cpp: interleave_heads off on
-// AMD cores without AVX-512; visits of 4 keys and spread_prefetch on Intel cores).
+// AMD cores without AVX-512; visits of 4 keys and spread_prefetch on Intel cores; pages primed 8 KiB ahead on Intel
+// cores and AMD cores with AVX-512).
 void set_avx2_walk(const WalkPlan& plan);
 WalkPlan avx2_walk();
 // The AVX-512 kernel's 512-bit group path (on by default). Off: that kernel runs the AVX2 kernel for every tile, as

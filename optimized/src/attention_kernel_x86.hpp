@@ -119,7 +119,7 @@ KVC_KERNEL_TARGET inline __m256 exp_nonpositive(__m256 x) {
 //    (more 1-key tails of the 4 x 3 score blocks). AMD cores without AVX-512 (Zen 2, Zen 3) keep whole runs for every
 //    tile: there whole runs took 0.85-0.88 of the visits' time at 256-token blocks (machine_walk,
 //    attention_kernel_avx2.cpp).
-//  - Pages primed (WalkPlan::prime_kib, on for Intel cores): the fetch alone keeps one core at 10-11 GB/s on this
+//  - Pages primed (WalkPlan::prime_kib, on for Intel cores and Zen 4): the fetch alone keeps one core at 10-11 GB/s on this
 //    walk through 4 KiB pieces, a limit of the requests one core holds open, where the hardware streams a contiguous
 //    read at 16-19. Touching the first two lines of each page far ahead starts the core's stream prefetcher on that
 //    page, which fetches the rest beside the software's requests. A throwaway program (4 KiB pieces in random order,
