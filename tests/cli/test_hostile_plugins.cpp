@@ -341,6 +341,55 @@ TEST_F(Hostile, ExecIsolationGivesTheSameVerdictsAsFork) {
     }
 }
 
+// Batches (--cases-per-process) judge as one process per case does: the same verdict for every case, and the same
+// reason, shrinking and counterexample for every case that is not conformant (those run again alone), for a correct
+// built-in, a double that fails, one that crashes, one that ends the process inside a case and one that writes
+// garbage on the result pipe; with fewer processes where the cases pass, and at most one more where none does.
+TEST_F(Hostile, BatchesGiveTheVerdictsOfOneProcessPerCase) {
+    const auto dbl = [](const std::string& name) {
+        return "--plugin " + quote(std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_" + name + ".so");
+    };
+    struct Target {
+        std::string args;
+        bool all_pass;
+    };
+    for (const Target& t : {Target{"--builtin example", true}, Target{dbl("f16_accum"), false},
+                            Target{dbl("crash"), false}, Target{hostile("case_exit0"), false},
+                            Target{hostile("pipe_scribbler"), false}}) {
+        const std::string common = "validate " + t.args + " --cases 4 --isolation exec --timeout 10";
+        const Outcome one = kvcheck(common + " --report one.json");
+        const Outcome batched = kvcheck(common + " --cases-per-process 7 --report batched.json");
+        ASSERT_EQ(one.rc, batched.rc) << one.all() << batched.all();
+        const nlohmann::json a = nlohmann::json::parse(read_file(path("one.json")));
+        const nlohmann::json b = nlohmann::json::parse(read_file(path("batched.json")));
+        EXPECT_EQ(verdicts_by_case(a), verdicts_by_case(b)) << t.args;
+        EXPECT_EQ(a.at("counts"), b.at("counts")) << t.args;
+        EXPECT_EQ(a.at("run").at("cases_per_process"), 1);
+        EXPECT_EQ(b.at("run").at("cases_per_process"), 7);
+        const nlohmann::json& ca = a.at("implementations").at(0).at("cases");
+        const nlohmann::json& cb = b.at("implementations").at(0).at("cases");
+        ASSERT_EQ(ca.size(), cb.size());
+        for (std::size_t i = 0; i < ca.size(); ++i) {
+            if (ca[i].at("verdict") == "PASS" || ca[i].at("verdict") == "NOT_SUPPORTED") continue;
+            for (const char* field : {"reason", "shrink_steps", "counterexample"})
+                EXPECT_EQ(ca[i].value(field, nlohmann::json()), cb[i].value(field, nlohmann::json()))
+                    << t.args << " " << ca[i].at("id") << " " << field;
+        }
+        const uint64_t pa = a.at("run").at("case_processes"), pb = b.at("run").at("case_processes");
+        EXPECT_EQ(pa, ca.size()) << t.args;
+        if (t.all_pass) EXPECT_LE(pb * 5, pa) << t.args << ": batches of 7 start at most a fifth of the processes";
+        // a batch that keeps k results saves k processes; one that keeps none ends the batching
+        else EXPECT_LE(pb, pa + 1) << t.args << ": at most one process more than one per case";
+    }
+}
+
+TEST_F(Hostile, CasesPerProcessIsChecked) {
+    for (const char* bad : {"0", "-3", "1001", "x"}) {
+        const Outcome r = kvcheck(std::string("validate --builtin example --cases 1 --cases-per-process ") + bad);
+        EXPECT_EQ(r.rc, 2) << bad << ": " << r.all();
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Options (item 6 and 9): numbers that would wrap or switch timeouts off are refused.
 

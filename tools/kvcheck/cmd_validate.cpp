@@ -88,6 +88,15 @@ void add_validate_commands(CLI::App& app, int& exit_code) {
                              "directory for the replay files of cases that did not pass")
         ->capture_default_str();
     add_isolation_options(validate_cmd, v.isolation, v.memory_limit);
+    validate_cmd
+        ->add_option("--cases-per-process", v.cases_per_process,
+                     "run operation-level cases in batches of N per process, to spare each case the start of a process "
+                     "and of the implementation (a device context). Only PASS, QUALITY_WARNING and NOT_SUPPORTED are "
+                     "taken from a batch; every other case runs again alone, and its verdict, shrinking and output "
+                     "come from that process. Cases in a batch share a process: a defect that shows only in a fresh "
+                     "one can pass there. 1: every case alone")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
     validate_cmd->callback([&exit_code] { exit_code = guarded("validate", [] { return harness::validate(v); }); });
 
     static ReplayOptions r;

@@ -4,6 +4,7 @@
 #include "kvcheck/harness/verdicts.hpp"
 #include "kvcheck/model/model_case.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <sstream>
 
@@ -146,6 +147,43 @@ CaseRun run_case_isolated(const Subject& subj, const prop::Property& p, const pr
     CaseRun out{interpret(run, fresh, generate, timeout_s, subj.memory_limit, subj.memory_limit_asked),
                 printable(run.output, true), Level::Operation, ""};
     if (!conformant(out.result.verdict)) out.case_text = prop::describe(out.result.counterexample);
+    return out;
+}
+
+std::vector<std::optional<CaseRun>> run_cases_batched(const Subject& subj, const std::vector<BatchItem>& items,
+                                                      const prop::RunSettings& s, double timeout_s) {
+    std::vector<std::optional<CaseRun>> out(items.size());
+    if (items.empty()) return out;
+    nlohmann::json req = request_for(subj, "cases");
+    req["run_seed"] = s.seed;
+    req["cases"] = s.cases;
+    nlohmann::json list = nlohmann::json::array();
+    for (const BatchItem& it : items) list.push_back({{"property", it.property->id}, {"index", it.index}});
+    req["items"] = std::move(list);
+    const ChildRun run = run_isolated(subj, req, timeout_s * static_cast<double>(items.size()));
+    if (run.end == ChildRun::End::Flooded) return out; // nothing on a flooded pipe is trusted: every case runs alone
+    // Line i must be case i's final result. A readable result that is not conformant leaves its case to run alone
+    // and the next line is read; anything else (the memory limit's marker, bytes that are not the protocol, a result
+    // out of order) ends the trust in this pipe, and every case from there runs alone.
+    std::istringstream lines(run.result);
+    std::size_t next = 0;
+    for (std::string line; next < items.size() && std::getline(lines, line); ++next) {
+        if (line.size() < 2 || line[0] != 'F' || line[1] != ' ') break;
+        prop::CaseResult r;
+        try {
+            r = prop::case_result_from_json(nlohmann::json::parse(line.substr(2)));
+        } catch (const std::exception&) {
+            break;
+        }
+        const BatchItem& it = items[next];
+        if (r.id != prop::case_id(it.property->id, it.index) || r.property != it.property->id) break;
+        if (conformant(r.verdict)) {
+            r.reason = printable(r.reason, true);
+            out[next] = CaseRun{std::move(r), "", Level::Operation, ""};
+        }
+    }
+    // the cases after the one where the batch ended (or stopped being trusted) were not reached
+    out.resize(std::min(items.size(), next + 1));
     return out;
 }
 

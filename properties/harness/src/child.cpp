@@ -176,6 +176,21 @@ void run_request(const nlohmann::json& req, int fd) {
         send(fd, 'F', r);
         return;
     }
+    if (kind == "cases") { // a batch (--cases-per-process): each case evaluated as generated, never shrunk here
+        prop::RunSettings s;
+        s.seed = req.at("run_seed").get<uint64_t>();
+        s.cases = req.at("cases").get<int>();
+        for (const nlohmann::json& item : req.at("items")) {
+            const prop::Property* p = prop::find_property(item.at("property").get<std::string>());
+            if (!p) throw std::invalid_argument("unknown property in the request");
+            const int index = item.at("index").get<int>();
+            prop::CaseResult r = prop::evaluate_case(t, *p, prop::generate_case(*p, s, index, &t.caps));
+            r.id = prop::case_id(p->id, index);
+            r.seed = prop::case_seed(s.seed, p->id, index);
+            send(fd, 'F', r);
+        }
+        return;
+    }
     const prop::Property* p = prop::find_property(req.at("property").get<std::string>());
     if (!p) throw std::invalid_argument("unknown property in the request");
     if (kind == "replay") {

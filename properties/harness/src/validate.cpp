@@ -101,6 +101,7 @@ int validate(const ValidateOptions& o) {
     if (!o.filter.empty()) std::cout << " --filter " << shell_quote(o.filter);
     if (!o.shard.empty()) std::cout << " --shard " << o.shard;
     if (o.shrink_first_text != "3") std::cout << " --shrink-first " << shell_quote(o.shrink_first_text);
+    if (o.cases_per_process > 1) std::cout << " --cases-per-process " << o.cases_per_process;
     std::cout << isolation_args(o.iso()) << "\n";
 
     nlohmann::json levels = nlohmann::json::array();
@@ -126,6 +127,7 @@ int validate(const ValidateOptions& o) {
           {"selected_cases", selected},
           {"timeout_s", o.timeout},
           {"isolation", o.isolation},
+          {"cases_per_process", o.cases_per_process},
           {"memory_limit", o.memory_limit},
           {"shrink_first", shrink_first >= kShrinkAll ? nlohmann::json("all") : nlohmann::json(shrink_first)}}},
         {"implementations", nlohmann::json::array()},
@@ -142,6 +144,7 @@ int validate(const ValidateOptions& o) {
     std::vector<Row> rows;
     int totals[kVerdictCount] = {};
     int unshrunk_failures = 0;
+    uint64_t case_processes = 0; // processes started for cases (a batch is one; shrinking happens inside a case's)
     for (const Subject& subj : subjects) {
         const std::vector<CaseRef> cases = cases_of(subj, sel, o.level);
         progress.clear();
@@ -151,6 +154,11 @@ int validate(const ValidateOptions& o) {
         std::map<std::string, int> failures;        // per property: the first shrink_first are shrunk
         int counts[kVerdictCount] = {};
         const std::size_t first_row = rows.size();
+        std::map<std::size_t, CaseRun> batched; // case k -> its conformant result from a batch (--cases-per-process)
+        std::size_t offered = 0;                // the cases before this one have been offered to a batch
+        bool batching = o.cases_per_process > 1; // off after a batch that gave no result it could keep: against an
+                                                 // implementation that fails or crashes every case, batches only
+                                                 // double the processes
         for (std::size_t k = 0; k < cases.size(); ++k) {
             const CaseRef& ref = cases[k];
             const std::string& pid = ref.property_id();
@@ -166,10 +174,34 @@ int validate(const ValidateOptions& o) {
                     shrink ? std::string()
                            : "not shrunk: only the first " + std::to_string(shrink_first) + " failures of " + pid +
                                  " are shrunk (--shrink-first)";
-                run = run_case_isolated(subj, *ref.property, settings, ref.index, o.timeout, unshrunk_note);
+                if (batching && k >= offered) {
+                    std::vector<BatchItem> items;
+                    for (offered = k; offered < cases.size() && cases[offered].level == Level::Operation &&
+                                      items.size() < static_cast<std::size_t>(o.cases_per_process);
+                         ++offered)
+                        items.push_back({cases[offered].property, cases[offered].index});
+                    std::vector<std::optional<CaseRun>> got = run_cases_batched(subj, items, settings, o.timeout);
+                    ++case_processes;
+                    bool kept = false;
+                    for (std::size_t i = 0; i < got.size(); ++i)
+                        if (got[i]) {
+                            batched.emplace(k + i, std::move(*got[i]));
+                            kept = true;
+                        }
+                    batching = kept;
+                    offered = k + got.size(); // the cases the batch did not reach go to the next batch
+                }
+                if (auto it = batched.find(k); it != batched.end()) {
+                    run = std::move(it->second);
+                    batched.erase(it);
+                } else { // one process for this case alone: every non-conformant verdict is made this way
+                    run = run_case_isolated(subj, *ref.property, settings, ref.index, o.timeout, unshrunk_note);
+                    ++case_processes;
+                }
             } else {
                 run = run_model_case_isolated(subj, pid, prop::case_id(pid, ref.index),
                                               model_case_seed(seed, pid, ref.index), o.timeout);
+                ++case_processes;
             }
             const prop::CaseResult& r = run.result;
             if (r.verdict == Verdict::Fail) ++failures[pid];
@@ -239,6 +271,7 @@ int validate(const ValidateOptions& o) {
     for (const auto& impl : report["implementations"]) ok = ok && impl["conformant"].get<bool>();
     const int code = ok ? kExitOk : kExitNotConformant;
     report["counts"] = counts_json(totals);
+    report["run"]["case_processes"] = case_processes;
     report["conformant"] = ok;
     report["exit_code"] = code;
 

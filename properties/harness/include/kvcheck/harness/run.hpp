@@ -25,6 +25,7 @@ struct ValidateOptions {
     std::string report, junit;
     std::string counterexamples = "kvcheck-counterexamples";
     std::string isolation = "auto", memory_limit = "auto";
+    int cases_per_process = 1; // > 1: conformant results may come from batches of that many cases (case_run.hpp)
     IsolationOptions iso() const { return {isolation, memory_limit, timeout}; }
 };
 
