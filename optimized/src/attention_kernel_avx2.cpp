@@ -21,8 +21,8 @@ namespace {
 // Intel cores visit each head 4 keys at a time (measured on the model 167 kind, attention_kernel_x86.hpp) and prime
 // pages 8 KiB ahead (WalkPlan::prime_kib): there every decode from memory gained 3-10 % (MHA 7-10 % at 16-token
 // blocks, 3 % at 256; GQA 8:1 6-7 %; the single sequences 4-9 %), 16 KiB ahead gained less and 4 KiB almost nothing
-// (kvcheck_bench's A/B lines, 2026-12-04). AMD cores with AVX-512 (Zen 4) prime 8 KiB ahead too: in two runs there
-// (2026-12-04, evening) MHA at 16-token blocks took 0.86-0.94 of the unprimed time, the single sequences 0.85-0.98,
+// (kvcheck_bench's A/B lines, 2026-12-04). AMD cores with AVX-512 (Zen 4) prime 8 KiB ahead too: in three runs there
+// (2026-12-04, evening) MHA at 16-token blocks took 0.86-0.97 of the unprimed time, the single sequences 0.85-0.98,
 // MHA at 256-token blocks 0.92-1.00, and GQA 8:1 0.99-1.03, within the noise of the run's repeated default (0.97-1.05).
 // Not measured on Zen 2 and Zen 3: off there.
 WalkPlan machine_walk() {
