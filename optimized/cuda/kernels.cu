@@ -86,19 +86,11 @@ __device__ void merge_states(RowStates into, RowStates from, uint32_t n_rows, ui
     __syncthreads();
 }
 
-// Widens one 16-byte piece of a cached row (4 f32 or 8 16-bit elements, in address order) to f32.
+// Widens one 16-byte piece of a cached row (4 f32 or 8 16-bit elements, in address order) to f32
+// (dtype_math.hpp's widen_words, which the host test checks against load_elem).
 __device__ void widen_piece(uint4 piece, uint32_t dtype, float* out) {
     const uint32_t w[4] = {piece.x, piece.y, piece.z, piece.w};
-#pragma unroll
-    for (uint32_t i = 0; i < 4; ++i) {
-        if (dtype == m::kDtypeF32) {
-            out[i] = __uint_as_float(w[i]);
-        } else { // little-endian: the lower half is the element at the lower address
-            const uint16_t lo = static_cast<uint16_t>(w[i] & 0xffffu), hi = static_cast<uint16_t>(w[i] >> 16);
-            out[2 * i] = dtype == m::kDtypeF16 ? m::f16_bits_to_f32(lo) : m::bf16_bits_to_f32(lo);
-            out[2 * i + 1] = dtype == m::kDtypeF16 ? m::f16_bits_to_f32(hi) : m::bf16_bits_to_f32(hi);
-        }
-    }
+    m::widen_words(w, dtype, out);
 }
 
 // phase load (K or V rows): keys key0 .. key0 + n - 1 of one KV head, widened to f32, into rows of stride d + 1 (the

@@ -126,6 +126,25 @@ TEST(CudaMathDtype, StoreAndLoadRoundTripThroughTheCacheElement) {
     }
 }
 
+// The CUDA kernel's 16-byte staging: four words widened in address order equal the elements loaded one by one.
+TEST(CudaMathDtype, SixteenBytePiecesWidenAsTheirElements) {
+    const uint64_t seed = test_seed(20261204);
+    std::mt19937_64 gen(seed);
+    for (int i = 0; i < 100000; ++i) {
+        uint8_t bytes[16];
+        for (uint8_t& b : bytes) b = static_cast<uint8_t>(gen());
+        uint32_t w[4];
+        std::memcpy(w, bytes, sizeof w); // what a 16-byte load gives, on this little-endian host as on the device
+        for (uint32_t dt : {0u, 1u, 2u}) {
+            const uint32_t es = dt == 0 ? 4 : 2;
+            float wide[8] = {};
+            m::widen_words(w, dt, wide);
+            for (uint32_t e = 0; e < 16 / es; ++e)
+                ASSERT_EQ(bits(wide[e]), bits(m::load_elem(bytes + e * es, dt))) << "dtype " << dt << " element " << e;
+        }
+    }
+}
+
 // ---- RoPE ----
 
 TEST(CudaMathRope, InverseFrequenciesAreTheReferenceExpressionRoundedToDouble) {

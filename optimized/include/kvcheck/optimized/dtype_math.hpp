@@ -88,4 +88,19 @@ KVC_HOST_DEVICE inline float load_elem(const void* src, uint32_t dtype) {
     return dtype == kDtypeF16 ? f16_bits_to_f32(b) : bf16_bits_to_f32(b);
 }
 
+// 16 bytes of a cached row, read as four 32-bit words (a little-endian machine: the element at the lower address is
+// the lower half of its word), widened to f32 in address order: 4 f32 or 8 16-bit elements into out[]. The CUDA
+// kernel stages rows this way (kernels.cu); the host test holds it to load_elem element by element.
+KVC_HOST_DEVICE inline void widen_words(const uint32_t w[4], uint32_t dtype, float* out) {
+    for (uint32_t i = 0; i < 4; ++i) {
+        if (dtype == kDtypeF32) {
+            out[i] = float_of(w[i]);
+        } else {
+            const uint16_t lo = static_cast<uint16_t>(w[i] & 0xffffu), hi = static_cast<uint16_t>(w[i] >> 16);
+            out[2 * i] = dtype == kDtypeF16 ? f16_bits_to_f32(lo) : bf16_bits_to_f32(lo);
+            out[2 * i + 1] = dtype == kDtypeF16 ? f16_bits_to_f32(hi) : bf16_bits_to_f32(hi);
+        }
+    }
+}
+
 } // namespace kvc::opt::math
