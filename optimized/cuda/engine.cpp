@@ -150,13 +150,20 @@ uint64_t Engine::blocks_needed(const Stream& s, uint32_t n) const {
 
 // The arena holds its blocks, then the array of their addresses, which starts on 16 bytes: blocks * bb alone need
 // not be a multiple of 8 (an odd head_dim without RoPE), and a misaligned pointer load is a device fault.
-static uint64_t address_array_at(uint64_t blocks, uint64_t block_bytes) { return (blocks * block_bytes + 15) / 16 * 16; }
+static uint64_t address_array_at(uint64_t blocks, uint64_t block_bytes) {
+    return (blocks * block_bytes + 15) / 16 * 16;
+}
 
-kvc_kv_layout Engine::device_layout() const {
+// What the kernels read of this engine: the layout with the device's block addresses, and the config. Rows start at
+// arena_ + id * block_bytes + a multiple of row_bytes, and block_bytes is a multiple of row_bytes: every row starts
+// on 16 bytes when arena_ (cudaMalloc aligns to 256) and row_bytes do, and the kernels may then read 16-byte pieces.
+Geometry Engine::device_geometry() const {
     kvc_kv_layout l = geometry_;
     l.block_base =
         reinterpret_cast<uint8_t* const*>(arena_ + address_array_at(arena_blocks_, kvc_kv_block_bytes(&geometry_)));
-    return l;
+    const bool wide = geometry_.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(arena_) % 16 == 0;
+    return Geometry{l,      cfg_.cache_dtype, cfg_.rope,  cfg_.n_q_heads, cfg_.n_kv_heads, cfg_.head_dim,
+                    group_, cfg_.scale,       inv_freq_, wide ? 1u : 0u, 0u};
 }
 
 // Grows the arena to hold n more blocks than are in use: a new arena (double, or what is needed), the old blocks
@@ -268,12 +275,14 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     std::vector<WorkItem> items;
     std::vector<MergeItem> merges;
     uint64_t partials = 0;
+    uint32_t rows_cap = 0; // the most rows of any item: the attention kernel's shared memory is sized for it
     for (uint32_t ci = 0; ci < calls.size(); ++ci) {
         const CallDesc& c = calls[ci];
         const uint32_t rows = c.n_new * group_;
         for (uint32_t h = 0; h < cfg_.n_kv_heads; ++h)
             for (uint32_t row0 = 0; row0 < rows; row0 += kTileRows) {
                 const uint32_t nr = std::min(kTileRows, rows - row0);
+                rows_cap = std::max(rows_cap, nr);
                 const uint64_t max_limit = static_cast<uint64_t>(c.len_before) + (row0 + nr - 1) / group_ + 1;
                 const uint32_t nseg = static_cast<uint32_t>((max_limit + kSegmentKeys - 1) / kSegmentKeys);
                 if (c.n_new <= 4 && nseg > 1) { // decode: spread the segments over CUDA blocks, merge after
@@ -345,14 +354,8 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     // phase 4: the device work, in order on the engine's stream
     uint8_t* base = scratch.base;
     const uint64_t first = offsets[0];
-    const kvc_kv_layout L = device_layout();
     const uint64_t bb = kvc_kv_block_bytes(&geometry_);
-    // rows start at arena_ + block * bb + a multiple of row_bytes: all on 16 bytes when arena_ and row_bytes are
-    const bool wide = geometry_.row_bytes % 16 == 0 && bb % 16 == 0 && reinterpret_cast<uintptr_t>(arena_) % 16 == 0;
-    Geometry g{L, cfg_.cache_dtype, cfg_.rope, cfg_.n_q_heads, cfg_.n_kv_heads, d, group_, cfg_.scale, inv_freq_,
-               wide ? 1u : 0u, 0u};
-    uint32_t rows_cap = 0;
-    for (const WorkItem& w : items) rows_cap = std::max(rows_cap, w.n_rows);
+    const Geometry g = device_geometry();
     cudaError_t e = cudaMemcpyAsync(base, meta.data(), meta_bytes, cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(base + at_k, k + first * cfg_.n_kv_heads * d, kv_elems * sizeof(float),
@@ -400,8 +403,7 @@ kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t 
     Scratch scratch;
     if (const kvc_status st = get_scratch(cv.size, scratch, "read_kv"); st != KVC_OK) return st;
     uint8_t* base = scratch.base;
-    Geometry g{device_layout(), cfg_.cache_dtype, cfg_.rope, cfg_.n_q_heads, cfg_.n_kv_heads, cfg_.head_dim, group_,
-               cfg_.scale, inv_freq_, 0u, 0u}; // gather copies bytes as stored: wide_rows is not read
+    const Geometry g = device_geometry();
     cudaError_t e = cudaMemcpyAsync(base + at_table, s->blocks.data(), s->blocks.size() * sizeof(uint32_t),
                                     cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess)

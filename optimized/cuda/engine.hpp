@@ -6,6 +6,7 @@
 #include "kvcheck/abi.h"
 #include "kvcheck/optimized/abi_checks.hpp"
 #include "kvcheck/optimized/kv_layout.h"
+#include "kernels.hpp" // Geometry
 
 #include <cuda_runtime.h>
 
@@ -68,7 +69,7 @@ private:
     void drop_block(uint32_t id);
     kvc_status get_scratch(uint64_t bytes, Scratch& s, const char* op);
     kvc_status cuda_fail(cudaError_t e, const char* op, const char* what);
-    kvc_kv_layout device_layout() const;
+    Geometry device_geometry() const; // what the kernels read of this engine (the layout on the device, the config)
 
     kvc_config cfg_{};
     uint32_t block_size_ = 0, elem_bytes_ = 0, group_ = 1;

@@ -93,51 +93,50 @@ __device__ void widen_piece(uint4 piece, uint32_t dtype, float* out) {
     m::widen_words(w, dtype, out);
 }
 
+// Units 0 .. total - 1 of a staging, kStageBatch per thread at a time: every load of a batch is issued before any
+// of them is stored (load(x) returns unit x, store(x, value) puts it in place).
+template <typename Load, typename Store>
+__device__ void in_batches(uint32_t total, Load load, Store store) {
+    for (uint32_t first = 0; first < total; first += kStageBatch * blockDim.x) {
+        decltype(load(0u)) unit[kStageBatch];
+#pragma unroll
+        for (uint32_t b = 0; b < kStageBatch; ++b) {
+            const uint32_t x = first + b * blockDim.x + threadIdx.x;
+            unit[b] = {};
+            if (x < total) unit[b] = load(x);
+        }
+#pragma unroll
+        for (uint32_t b = 0; b < kStageBatch; ++b) {
+            const uint32_t x = first + b * blockDim.x + threadIdx.x;
+            if (x < total) store(x, unit[b]);
+        }
+    }
+}
+
 // phase load (K or V rows): keys key0 .. key0 + n - 1 of one KV head, widened to f32, into rows of stride d + 1 (the
 // stride keeps the score phase, where the 32 lanes of a warp read 32 different keys, free of bank conflicts).
-// Every thread issues all its loads of a batch before it converts and stores any of them. Loading one row at a time
-// per warp waited for memory once per row and held decode to 0.05 of the device's copy bandwidth (docs/gpu.md).
-// Rows that start on 16 bytes are read in 16-byte pieces, others element by element (consecutive lanes, consecutive
-// elements). Either way the same values land in the same places: only the loads differ, never the arithmetic.
+// Every thread issues all its loads of a batch before it converts and stores any of them (in_batches). Loading one
+// row at a time per warp waited for memory once per row and held decode to 0.05 of the device's copy bandwidth
+// (docs/gpu.md). Rows that start on 16 bytes are read in 16-byte pieces, others element by element (consecutive
+// lanes, consecutive elements). Either way the same values land in the same places: only the loads differ.
 __device__ void stage_rows(const Geometry& g, const uint32_t* table, uint32_t plane, uint32_t kv_head, uint64_t key0,
                            uint32_t n, float* dst) {
     const uint32_t d = g.head_dim, stride = d + 1;
+    const auto at = [&](uint32_t j, uint32_t dim) { // element dim of key key0 + j
+        return kvc_kv_address(&g.layout, table, key0 + j, plane, kv_head, dim);
+    };
     if (g.wide_rows) {
-        const uint32_t per_piece = 16 / g.layout.elem_bytes, pieces = d / per_piece, total = n * pieces;
-        for (uint32_t first = 0; first < total; first += kStageBatch * blockDim.x) {
-            uint4 piece[kStageBatch];
-#pragma unroll
-            for (uint32_t b = 0; b < kStageBatch; ++b) {
-                const uint32_t x = first + b * blockDim.x + threadIdx.x;
-                piece[b] = make_uint4(0u, 0u, 0u, 0u);
-                if (x < total)
-                    piece[b] = __ldg(reinterpret_cast<const uint4*>(
-                        kvc_kv_address(&g.layout, table, key0 + x / pieces, plane, kv_head, (x % pieces) * per_piece)));
-            }
-#pragma unroll
-            for (uint32_t b = 0; b < kStageBatch; ++b) {
-                const uint32_t x = first + b * blockDim.x + threadIdx.x;
-                if (x < total) widen_piece(piece[b], g.dtype, dst + (x / pieces) * stride + (x % pieces) * per_piece);
-            }
-        }
-        return;
-    }
-    const uint32_t es = g.layout.elem_bytes, total = n * d;
-    for (uint32_t first = 0; first < total; first += kStageBatch * blockDim.x) {
-        float value[kStageBatch];
-#pragma unroll
-        for (uint32_t b = 0; b < kStageBatch; ++b) {
-            const uint32_t x = first + b * blockDim.x + threadIdx.x;
-            value[b] = 0.0f;
-            if (x < total)
-                value[b] = m::load_elem(kvc_kv_address(&g.layout, table, key0 + x / d, plane, kv_head, 0) + (x % d) * es,
-                                        g.dtype);
-        }
-#pragma unroll
-        for (uint32_t b = 0; b < kStageBatch; ++b) {
-            const uint32_t x = first + b * blockDim.x + threadIdx.x;
-            if (x < total) dst[(x / d) * stride + x % d] = value[b];
-        }
+        const uint32_t per_piece = 16 / g.layout.elem_bytes, pieces = d / per_piece;
+        in_batches(
+            n * pieces,
+            [&](uint32_t x) { return __ldg(reinterpret_cast<const uint4*>(at(x / pieces, (x % pieces) * per_piece))); },
+            [&](uint32_t x, uint4 piece) {
+                widen_piece(piece, g.dtype, dst + (x / pieces) * stride + (x % pieces) * per_piece);
+            });
+    } else {
+        in_batches(
+            n * d, [&](uint32_t x) { return m::load_elem(at(x / d, x % d), g.dtype); },
+            [&](uint32_t x, float value) { dst[(x / d) * stride + x % d] = value; });
     }
 }
 

@@ -31,9 +31,8 @@ WalkPlan machine_walk() {
     if (cpu_is_intel()) {
         w.visit_keys = 4;
         w.spread_prefetch = true;
-        w.prime_kib = 8;
     }
-    if (cpu_is_amd() && cpu_has_avx512()) w.prime_kib = 8;
+    if (cpu_is_intel() || (cpu_is_amd() && cpu_has_avx512())) w.prime_kib = 8;
     return w;
 }
 

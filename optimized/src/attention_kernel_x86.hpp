@@ -119,8 +119,8 @@ KVC_KERNEL_TARGET inline __m256 exp_nonpositive(__m256 x) {
 //    (more 1-key tails of the 4 x 3 score blocks). AMD cores without AVX-512 (Zen 2, Zen 3) keep whole runs for every
 //    tile: there whole runs took 0.85-0.88 of the visits' time at 256-token blocks (machine_walk,
 //    attention_kernel_avx2.cpp).
-//  - Pages primed (WalkPlan::prime_kib, on for Intel cores and Zen 4): the fetch alone keeps one core at 10-11 GB/s on this
-//    walk through 4 KiB pieces, a limit of the requests one core holds open, where the hardware streams a contiguous
+//  - Pages primed (WalkPlan::prime_kib, on for Intel cores and Zen 4): the fetch alone keeps one core at 10-11 GB/s
+//    on this walk through 4 KiB pieces, a limit of the requests one core holds open, where the hardware streams a contiguous
 //    read at 16-19. Touching the first two lines of each page far ahead starts the core's stream prefetcher on that
 //    page, which fetches the rest beside the software's requests. A throwaway program (4 KiB pieces in random order,
 //    each line fetched 32 lines ahead, 8 FMAs per line) read 8.4-8.6 GB/s, and 9.6-10.1 with each piece primed 2-6

@@ -29,9 +29,12 @@ namespace {
 namespace fs = std::filesystem;
 using namespace kvc::cli_test; // cli_rig.hpp: quote, read_file, Outcome, run_kvcheck
 
-std::string hostile(const std::string& name) {
-    return "--plugin " + quote(std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_hostile_" + name + ".so");
+// The --plugin option of test double `name` (tests/doubles).
+std::string double_plugin(const std::string& name) {
+    return "--plugin " + quote(std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_" + name + ".so");
 }
+
+std::string hostile(const std::string& name) { return double_plugin("hostile_" + name); }
 
 bool has_control_characters(const std::string& s, bool allow_lines) {
     for (const char ch : s) {
@@ -137,9 +140,8 @@ TEST_F(Hostile, AnEntrySymbolThatIsDataIsRefused) {
 }
 
 TEST_F(Hostile, ReplayAlsoLoadsInAChild) {
-    const Outcome first = kvcheck("validate --plugin " +
-                                  quote(std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_crash.so") +
-                                  " --filter '^EQUIV/' --cases 10 --report r.json");
+    const Outcome first =
+        kvcheck("validate " + double_plugin("crash") + " --filter '^EQUIV/' --cases 10 --report r.json");
     ASSERT_EQ(first.rc, 1) << first.all();
     std::string file;
     const nlohmann::json rep = nlohmann::json::parse(read_file(path("r.json")));
@@ -326,9 +328,7 @@ TEST_F(Hostile, DevicePluginsRunUnderExecIsolation) {
 TEST_F(Hostile, ExecIsolationGivesTheSameVerdictsAsFork) {
     // every property of the example; the rewriter's APPEND-ONLY failures (shrunk) and its other cores
     for (const std::string& target :
-         {std::string("--builtin example"), "--plugin " +
-                                                quote(std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_rewriter.so") +
-                                                " --profile core"}) {
+         {std::string("--builtin example"), double_plugin("rewriter") + " --profile core"}) {
         const Outcome fork_run = kvcheck("validate " + target + " --cases 3 --isolation fork --report fork.json");
         const Outcome exec_run = kvcheck("validate " + target + " --cases 3 --isolation exec --report exec.json");
         ASSERT_EQ(fork_run.rc, exec_run.rc) << fork_run.all() << exec_run.all();
@@ -346,15 +346,12 @@ TEST_F(Hostile, ExecIsolationGivesTheSameVerdictsAsFork) {
 // built-in, a double that fails, one that crashes, one that ends the process inside a case and one that writes
 // garbage on the result pipe; with fewer processes where the cases pass, and at most one more where none does.
 TEST_F(Hostile, BatchesGiveTheVerdictsOfOneProcessPerCase) {
-    const auto dbl = [](const std::string& name) {
-        return "--plugin " + quote(std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_" + name + ".so");
-    };
     struct Target {
         std::string args;
         bool all_pass;
     };
-    for (const Target& t : {Target{"--builtin example", true}, Target{dbl("f16_accum"), false},
-                            Target{dbl("crash"), false}, Target{hostile("case_exit0"), false},
+    for (const Target& t : {Target{"--builtin example", true}, Target{double_plugin("f16_accum"), false},
+                            Target{double_plugin("crash"), false}, Target{hostile("case_exit0"), false},
                             Target{hostile("pipe_scribbler"), false}}) {
         const std::string common = "validate " + t.args + " --cases 4 --isolation exec --timeout 10";
         const Outcome one = kvcheck(common + " --report one.json");

@@ -105,6 +105,29 @@ void probe(const nlohmann::json& req, int fd) {
     write_all(fd, "L " + dump_json(answer) + "\n");
 }
 
+const prop::Property& property_named(const nlohmann::json& req) {
+    const prop::Property* p = prop::find_property(req.at("property").get<std::string>());
+    if (!p) throw std::invalid_argument("unknown property in the request");
+    return *p;
+}
+
+// The run's seed and size, which a case's index is drawn with (kinds case and cases).
+prop::RunSettings run_settings(const nlohmann::json& req) {
+    prop::RunSettings s;
+    s.seed = req.at("run_seed").get<uint64_t>();
+    s.cases = req.at("cases").get<int>();
+    return s;
+}
+
+// Case `index` of p as the run draws it, evaluated once (no shrinking), with its id and seed.
+prop::CaseResult evaluate_generated(const prop::Target& t, const prop::Property& p, const prop::RunSettings& s,
+                                    int index) {
+    prop::CaseResult r = prop::evaluate_case(t, p, prop::generate_case(p, s, index, &t.caps));
+    r.id = prop::case_id(p.id, index);
+    r.seed = prop::case_seed(s.seed, p.id, index);
+    return r;
+}
+
 prop::CaseResult fresh_result(const nlohmann::json& req) {
     prop::CaseResult r;
     r.id = req.at("id").get<std::string>();
@@ -177,22 +200,12 @@ void run_request(const nlohmann::json& req, int fd) {
         return;
     }
     if (kind == "cases") { // a batch (--cases-per-process): each case evaluated as generated, never shrunk here
-        prop::RunSettings s;
-        s.seed = req.at("run_seed").get<uint64_t>();
-        s.cases = req.at("cases").get<int>();
-        for (const nlohmann::json& item : req.at("items")) {
-            const prop::Property* p = prop::find_property(item.at("property").get<std::string>());
-            if (!p) throw std::invalid_argument("unknown property in the request");
-            const int index = item.at("index").get<int>();
-            prop::CaseResult r = prop::evaluate_case(t, *p, prop::generate_case(*p, s, index, &t.caps));
-            r.id = prop::case_id(p->id, index);
-            r.seed = prop::case_seed(s.seed, p->id, index);
-            send(fd, 'F', r);
-        }
+        const prop::RunSettings s = run_settings(req);
+        for (const nlohmann::json& item : req.at("items"))
+            send(fd, 'F', evaluate_generated(t, property_named(item), s, item.at("index").get<int>()));
         return;
     }
-    const prop::Property* p = prop::find_property(req.at("property").get<std::string>());
-    if (!p) throw std::invalid_argument("unknown property in the request");
+    const prop::Property* p = &property_named(req);
     if (kind == "replay") {
         prop::CaseResult r = prop::evaluate_case(t, *p, prop::case_from_json(req.at("case")));
         r.id = req.at("id").get<std::string>();
@@ -200,15 +213,11 @@ void run_request(const nlohmann::json& req, int fd) {
         send(fd, 'F', r);
         return;
     }
-    prop::RunSettings s;
-    s.seed = req.at("run_seed").get<uint64_t>();
-    s.cases = req.at("cases").get<int>();
+    prop::RunSettings s = run_settings(req);
     s.max_shrink_runs = req.at("max_shrink_runs").get<int>();
     const int index = req.at("index").get<int>();
     const std::string unshrunk_note = req.at("unshrunk_note").get<std::string>();
-    prop::CaseResult first = prop::evaluate_case(t, *p, prop::generate_case(*p, s, index, &t.caps));
-    first.id = prop::case_id(p->id, index);
-    first.seed = prop::case_seed(s.seed, p->id, index);
+    prop::CaseResult first = evaluate_generated(t, *p, s, index);
     if (first.verdict != Verdict::Fail) {
         send(fd, 'F', first);
         return;

@@ -15,6 +15,7 @@
 
 #include <iostream>
 #include <map>
+#include <optional>
 
 namespace kvc::harness {
 namespace {
@@ -30,6 +31,55 @@ std::vector<CaseRef> cases_of(const Subject& s, const Selection& sel, const std:
     if (s.model && level != "operation") out.insert(out.end(), sel.model.begin(), sel.model.end());
     return out;
 }
+
+// --cases-per-process: the conformant results that batches gave for one implementation's operation-level cases,
+// asked for in case-list order. take(k) starts a batch at case k when no batch has been offered k yet.
+class Batches {
+  public:
+    Batches(const Subject& subj, const std::vector<CaseRef>& cases, const prop::RunSettings& settings,
+            double timeout_s, int per_process)
+        : subj_(subj), cases_(cases), settings_(settings), timeout_s_(timeout_s), per_process_(per_process),
+          on_(per_process > 1) {}
+
+    // Case k's result from a batch, or nullopt: then it runs alone. `processes` counts the batches started.
+    std::optional<CaseRun> take(std::size_t k, uint64_t& processes) {
+        if (on_ && k >= offered_) run_from(k, processes);
+        const auto it = kept_.find(k);
+        if (it == kept_.end()) return std::nullopt;
+        std::optional<CaseRun> r = std::move(it->second);
+        kept_.erase(it);
+        return r;
+    }
+
+  private:
+    void run_from(std::size_t k, uint64_t& processes) {
+        std::vector<BatchItem> items;
+        for (std::size_t i = k; i < cases_.size() && cases_[i].level == Level::Operation &&
+                                items.size() < static_cast<std::size_t>(per_process_);
+             ++i)
+            items.push_back({cases_[i].property, cases_[i].index});
+        std::vector<std::optional<CaseRun>> got = run_cases_batched(subj_, items, settings_, timeout_s_);
+        ++processes;
+        bool kept = false;
+        for (std::size_t i = 0; i < got.size(); ++i)
+            if (got[i]) {
+                kept_.emplace(k + i, std::move(*got[i]));
+                kept = true;
+            }
+        on_ = kept; // a batch that kept nothing ends the batching: against an implementation that fails or crashes
+                    // every case, batches would only double the processes
+        offered_ = k + got.size(); // the cases the batch did not reach go to the next batch
+    }
+
+    const Subject& subj_;
+    const std::vector<CaseRef>& cases_;
+    const prop::RunSettings& settings_;
+    double timeout_s_;
+    int per_process_;
+    bool on_;
+    std::size_t offered_ = 0;             // the cases before this one have been offered to a batch
+    std::map<std::size_t, CaseRun> kept_; // case k -> its conformant result from a batch
+};
 
 } // namespace
 
@@ -154,11 +204,7 @@ int validate(const ValidateOptions& o) {
         std::map<std::string, int> failures;        // per property: the first shrink_first are shrunk
         int counts[kVerdictCount] = {};
         const std::size_t first_row = rows.size();
-        std::map<std::size_t, CaseRun> batched; // case k -> its conformant result from a batch (--cases-per-process)
-        std::size_t offered = 0;                // the cases before this one have been offered to a batch
-        bool batching = o.cases_per_process > 1; // off after a batch that gave no result it could keep: against an
-                                                 // implementation that fails or crashes every case, batches only
-                                                 // double the processes
+        Batches batches(subj, cases, settings, o.timeout, o.cases_per_process);
         for (std::size_t k = 0; k < cases.size(); ++k) {
             const CaseRef& ref = cases[k];
             const std::string& pid = ref.property_id();
@@ -174,26 +220,8 @@ int validate(const ValidateOptions& o) {
                     shrink ? std::string()
                            : "not shrunk: only the first " + std::to_string(shrink_first) + " failures of " + pid +
                                  " are shrunk (--shrink-first)";
-                if (batching && k >= offered) {
-                    std::vector<BatchItem> items;
-                    for (offered = k; offered < cases.size() && cases[offered].level == Level::Operation &&
-                                      items.size() < static_cast<std::size_t>(o.cases_per_process);
-                         ++offered)
-                        items.push_back({cases[offered].property, cases[offered].index});
-                    std::vector<std::optional<CaseRun>> got = run_cases_batched(subj, items, settings, o.timeout);
-                    ++case_processes;
-                    bool kept = false;
-                    for (std::size_t i = 0; i < got.size(); ++i)
-                        if (got[i]) {
-                            batched.emplace(k + i, std::move(*got[i]));
-                            kept = true;
-                        }
-                    batching = kept;
-                    offered = k + got.size(); // the cases the batch did not reach go to the next batch
-                }
-                if (auto it = batched.find(k); it != batched.end()) {
-                    run = std::move(it->second);
-                    batched.erase(it);
+                if (std::optional<CaseRun> from_batch = batches.take(k, case_processes)) {
+                    run = std::move(*from_batch);
                 } else { // one process for this case alone: every non-conformant verdict is made this way
                     run = run_case_isolated(subj, *ref.property, settings, ref.index, o.timeout, unshrunk_note);
                     ++case_processes;
