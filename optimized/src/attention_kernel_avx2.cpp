@@ -4,6 +4,7 @@
 // dispatcher that picks AVX-512, AVX2 or portable.
 #include "simd.hpp"
 #define KVC_KERNEL_TARGET KVC_TARGET_AVX2
+#define KVC_KERNEL_REGS 16
 #define KVC_GROUP_VALUES_SCRATCH 1
 #include "attention_kernel_x86.hpp"
 

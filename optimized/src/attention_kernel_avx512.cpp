@@ -1,6 +1,10 @@
 // The AVX-512 split kernel: the x86 kernel body (attention_kernel_x86.hpp) compiled for AVX-512 F/DQ/VL/BW, with the
 // group path's inner loops (tiles of 4+ rows: GQA groups, prefill) in 512-bit registers. Tiles of 1-3 rows (MHA
-// decode) run the AVX2 kernel unchanged: they wait on memory, not on arithmetic.
+// decode) run the shared body's 256-bit direct path, compiled here so that it has 32 vector registers instead of 16:
+// one row's V takes 16 chunks (d = 128) per pass instead of 8, so each V row is read once and the accumulators are
+// loaded and stored half as often. On one Zen 4 core the MHA decode is as much arithmetic as memory (its kernel, in cache, reads about as fast as
+// that core's memory streams), so halving the passes and the accumulator loads and stores shows from memory too:
+// docs/performance.md, "Zen 4, 2026-12-04, night".
 //
 // Why: the group path is bound by FMA throughput (docs/performance.md, "GQA 8:1 on Zen 4, the arithmetic bound"), and
 // cores with two full-width 512-bit FMA units (the Intel Xeon kind here) do twice the lane-FMAs per cycle in zmm
@@ -23,6 +27,7 @@
 #endif
 #include "simd.hpp"
 #define KVC_KERNEL_TARGET KVC_TARGET_AVX512
+#define KVC_KERNEL_REGS 32
 #define KVC_GROUP_VALUES_SCRATCH 0
 #include "attention_kernel_x86.hpp"
 
@@ -289,8 +294,8 @@ template <uint32_t DT>
 KVC_TARGET_AVX512 void split_avx512_any(const SplitArgs& a, uint32_t nh, const RowTile* t, uint32_t k0,
                                         SoftmaxState* st) {
     static const SplitKernel avx2 = split_kernel_avx2(DT); // looked up once, not per call
-    if (t[0].n < 4 || !g_avx512_group.load(std::memory_order_relaxed)) return avx2(a, nh, t, k0, st);
-    split_rows<DT, 4>(a, nh, t, k0, st);
+    if (!g_avx512_group.load(std::memory_order_relaxed)) return avx2(a, nh, t, k0, st);
+    split_rows<DT, 1>(a, nh, t, k0, st); // every tile size: 1-3 rows on the direct path, 4+ on the group path
 }
 
 } // namespace

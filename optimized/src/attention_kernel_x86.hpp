@@ -23,6 +23,10 @@
 #endif
 // Whether the including file's group_values uses the L1 scratch `wide` (kPieceKeys x head_dim floats on the kernel's
 // stack): 1 for AVX2, which widens V into it; 0 for AVX-512, which reads V straight from the cache.
+// The vector registers the including file's target has: 16 (AVX2) or 32 (AVX-512, where ymm16-31 exist too).
+#ifndef KVC_KERNEL_REGS
+#error "define KVC_KERNEL_REGS (16 or 32) before including attention_kernel_x86.hpp"
+#endif
 #ifndef KVC_GROUP_VALUES_SCRATCH
 #error "define KVC_GROUP_VALUES_SCRATCH (1: group_values uses the scratch, 0: it does not) before including attention_kernel_x86.hpp"
 #endif
@@ -319,7 +323,9 @@ KVC_KERNEL_TARGET inline void score_run_kj(const float* const* q, const uint8_t*
     for (; i < run; ++i) score_block<DT, R, 1>(q, kp, i, row_bytes, d, scale, pf, sc, j0);
 }
 
-// The direct path's phase 1: 8 accumulators per register block (6 for 3 rows; measured faster than 12).
+// The direct path's phase 1: 8 accumulators per register block (6 for 3 rows; measured faster than 12). With 32
+// registers, one row's blocks of 16 keys were 3 % faster in cache but 1-16 % slower from memory (Zen 4, 2026-12-04):
+// a block's 16 rows are all in flight at once, and the prefetch moves on in bursts of 16 rows.
 template <uint32_t DT, int R>
 KVC_KERNEL_TARGET inline void score_run(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
                                       uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
@@ -398,19 +404,24 @@ KVC_KERNEL_TARGET inline void accumulate_tail(const uint8_t* v, uint64_t row_byt
     }
 }
 
+// Passes of CP chunks while they fit, then of halves of CP (CP a power of two): d = 128 with CP = 16 is one pass,
+// d = 96 two (8 + 4), never a pass per chunk.
+template <uint32_t DT, int R, int CP>
+KVC_KERNEL_TARGET inline __attribute__((always_inline)) void accumulate_chunks(const uint8_t* v, uint64_t row_bytes,
+                                                                             uint32_t count, const float* const* p,
+                                                                             SoftmaxState* st, uint32_t& c,
+                                                                             uint32_t full, RowPrefetcher*& pf,
+                                                                             uint32_t v0) {
+    for (; c + CP <= full; c += CP, pf = nullptr) accumulate_pass<DT, R, CP>(v, row_bytes, count, p, st, 8 * c, pf, v0);
+    if constexpr (CP > 1) accumulate_chunks<DT, R, CP / 2>(v, row_bytes, count, p, st, c, full, pf, v0);
+}
+
 template <uint32_t DT, int R, int CP>
 KVC_KERNEL_TARGET void accumulate_rows(const uint8_t* v, uint64_t row_bytes, uint32_t count, const float* const* p,
                                      SoftmaxState* st, uint32_t d, RowPrefetcher* pf, uint32_t v0) {
-    const uint32_t full = d / 8;
+    static_assert((CP & (CP - 1)) == 0, "CP a power of two");
     uint32_t c = 0;
-    for (; c + CP <= full; c += CP, pf = nullptr) accumulate_pass<DT, R, CP>(v, row_bytes, count, p, st, 8 * c, pf, v0);
-    switch (full - c) { // the remaining chunks in one pass (CP - 1 at most)
-    case 0: break;
-    case 1: accumulate_pass<DT, R, 1>(v, row_bytes, count, p, st, 8 * c, pf, v0); pf = nullptr; break;
-    case 2: accumulate_pass<DT, R, (CP > 2 ? 2 : 1)>(v, row_bytes, count, p, st, 8 * c, pf, v0); pf = nullptr; break;
-    default:
-        for (; c < full; ++c, pf = nullptr) accumulate_pass<DT, R, 1>(v, row_bytes, count, p, st, 8 * c, pf, v0);
-    }
+    accumulate_chunks<DT, R, CP>(v, row_bytes, count, p, st, c, d / 8, pf, v0);
     if (pf) pf->upto(v0 + count);
     accumulate_tail<DT, R>(v, row_bytes, count, p, st, d);
 }
@@ -424,7 +435,8 @@ KVC_KERNEL_TARGET void accumulate_all_live(const uint8_t* v, uint64_t row_bytes,
         accumulate_all_live<DT, 4>(v, row_bytes, count, p, st, d, pf, v0);
         accumulate_all_live<DT, R - 4>(v, row_bytes, count, p + 4, st + 4, d, nullptr, v0);
     } else {
-        constexpr int CP = R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 4 : 2; // 8 or 12 accumulators (measured)
+        // 8 or 12 accumulators in 16 registers (measured); with 32 (AVX-512), 16 for one row: d = 128 in one pass
+        constexpr int CP = R == 1 ? (KVC_KERNEL_REGS >= 32 ? 16 : 8) : R == 2 ? 4 : R == 3 ? 4 : 2;
         accumulate_rows<DT, R, CP>(v, row_bytes, count, p, st, d, pf, v0);
     }
 }

@@ -191,15 +191,16 @@ TEST(KernelPaths, EveryWalkGivesTheSameBits) {
     EXPECT_GT(cases_with_short_visits, 40) << "the random shapes must cut runs into several visits";
 }
 
-// The AVX-512 kernel (its 512-bit group path for tiles of 4+ rows; the AVX2 kernel for smaller tiles) must give the
-// AVX2 kernel's bits: a machine's results must not depend on which of the two it runs.
+// The AVX-512 kernel (its 512-bit group path for tiles of 4+ rows; for smaller tiles the direct path with 32
+// registers, whose one-row V passes are twice as wide) must give the AVX2 kernel's bits: a machine's
+// results must not depend on which of the two it runs.
 TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
     if (!opt::cpu_has_avx512())
         GTEST_SKIP() << "this CPU has no AVX-512 F/DQ/VL/BW: the AVX-512 kernel cannot run here";
     SwitchesRestored restore;
     opt::set_avx512_group_path(true);
     Rng rng(test_seed(20261203));
-    int cases_widened = 0;
+    int cases_widened = 0, cases_one_row_wide = 0;
     for (int c = 0; c < 300; ++c) {
         const KernelCase kc(rng);
         // the group paths (V prefetch spread over the passes or not: same bits), then the direct path compiled for
@@ -220,8 +221,10 @@ TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
                     << wide[i] << ", AVX2 " << avx2[i] << "): " << kc.describe();
         }
         if (kc.n > 4 && kc.dtype != KVC_DTYPE_F32) ++cases_widened;
+        if (kc.n == 1 && kc.head_dim >= 128) ++cases_one_row_wide;
     }
     EXPECT_GT(cases_widened, 50) << "the random shapes must exercise the widened V path (f16/bf16, 5+ rows)";
+    EXPECT_GT(cases_one_row_wide, 5) << "the random shapes must exercise one row's 16-chunk V passes (d >= 128)";
 }
 
 } // namespace
