@@ -91,8 +91,7 @@ void set_avx2_walk(const WalkPlan& plan);
 WalkPlan avx2_walk();
 // The AVX-512 kernel's own paths (on by default): the 512-bit group path for tiles of 4+ rows, and for tiles of 1-3
 // rows the direct path with 32 registers. Off: that kernel runs the AVX2 kernel for every tile. Same bits either way;
-// for the benchmark's A/B. Process-wide: set it only while
-// no kernel runs.
+// for the benchmark's A/B. Process-wide: set it only while no kernel runs.
 void set_avx512_group_path(bool on);
 bool avx512_group_path();
 

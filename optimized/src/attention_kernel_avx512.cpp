@@ -2,9 +2,10 @@
 // group path's inner loops (tiles of 4+ rows: GQA groups, prefill) in 512-bit registers. Tiles of 1-3 rows (MHA
 // decode) run the shared body's 256-bit direct path, compiled here so that it has 32 vector registers instead of 16:
 // one row's V takes 16 chunks (d = 128) per pass instead of 8, so each V row is read once and the accumulators are
-// loaded and stored half as often. On one Zen 4 core the MHA decode is as much arithmetic as memory (its kernel, in cache, reads about as fast as
-// that core's memory streams), so halving the passes and the accumulator loads and stores shows from memory too:
-// docs/performance.md, "Zen 4, 2026-12-04, night".
+// loaded and stored half as often. On one Zen 4 core the MHA decode is as much arithmetic as memory (its kernel, in
+// cache, reads about as fast as that core's memory streams), so that shows from memory too: 1.01-1.10x the AVX2
+// kernel (docs/performance.md, "Results on Zen 4", "2026-12-04, night"). Not yet measured on the Intel kinds, where
+// the benchmark's line "AVX-512 kernel: speedup" of the MHA shapes will say.
 //
 // Why: the group path is bound by FMA throughput (docs/performance.md, "GQA 8:1 on Zen 4, the arithmetic bound"), and
 // cores with two full-width 512-bit FMA units (the Intel Xeon kind here) do twice the lane-FMAs per cycle in zmm

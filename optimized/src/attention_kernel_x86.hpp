@@ -21,12 +21,12 @@
 #ifndef KVC_KERNEL_TARGET
 #error "define KVC_KERNEL_TARGET (KVC_TARGET_AVX2 or KVC_TARGET_AVX512) before including attention_kernel_x86.hpp"
 #endif
-// Whether the including file's group_values uses the L1 scratch `wide` (kPieceKeys x head_dim floats on the kernel's
-// stack): 1 for AVX2, which widens V into it; 0 for AVX-512, which reads V straight from the cache.
 // The vector registers the including file's target has: 16 (AVX2) or 32 (AVX-512, where ymm16-31 exist too).
 #ifndef KVC_KERNEL_REGS
 #error "define KVC_KERNEL_REGS (16 or 32) before including attention_kernel_x86.hpp"
 #endif
+// Whether the including file's group_values uses the L1 scratch `wide` (kPieceKeys x head_dim floats on the kernel's
+// stack): 1 for AVX2, which widens V into it; 0 for AVX-512, which reads V straight from the cache.
 #ifndef KVC_GROUP_VALUES_SCRATCH
 #error "define KVC_GROUP_VALUES_SCRATCH (1: group_values uses the scratch, 0: it does not) before including attention_kernel_x86.hpp"
 #endif
@@ -324,8 +324,8 @@ KVC_KERNEL_TARGET inline void score_run_kj(const float* const* q, const uint8_t*
 }
 
 // The direct path's phase 1: 8 accumulators per register block (6 for 3 rows; measured faster than 12). With 32
-// registers, one row's blocks of 16 keys were 3 % faster in cache but 1-16 % slower from memory (Zen 4, 2026-12-04):
-// a block's 16 rows are all in flight at once, and the prefetch moves on in bursts of 16 rows.
+// registers, one row's blocks of 16 keys were 3 % faster in cache but up to 16 % slower from memory (six lines of
+// eight; Zen 4, 2026-12-04): a block's 16 rows are all in flight at once, and the prefetch moves on 16 rows at a time.
 template <uint32_t DT, int R>
 KVC_KERNEL_TARGET inline void score_run(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
                                       uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {

@@ -192,8 +192,8 @@ TEST(KernelPaths, EveryWalkGivesTheSameBits) {
 }
 
 // The AVX-512 kernel (its 512-bit group path for tiles of 4+ rows; for smaller tiles the direct path with 32
-// registers, whose one-row V passes are twice as wide) must give the AVX2 kernel's bits: a machine's
-// results must not depend on which of the two it runs.
+// registers, whose one-row V passes are twice as wide) must give the AVX2 kernel's bits: a machine's results must not
+// depend on which of the two it runs.
 TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
     if (!opt::cpu_has_avx512())
         GTEST_SKIP() << "this CPU has no AVX-512 F/DQ/VL/BW: the AVX-512 kernel cannot run here";
