@@ -300,8 +300,15 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) void score_block(const f
     alignas(32) float out[16];
     if (pf) pf->upto(j0 + i + KJ);
     dots<DT, R, KJ>(q, kp + i * row_bytes, row_bytes, d, scale, out);
-    for (int r = 0; r < R; ++r)
-        for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
+    if constexpr (KJ == 8 || KJ == 4) { // a row's scores in one vector store (GCC copied them one by one)
+        for (int r = 0; r < R; ++r) {
+            if constexpr (KJ == 8) _mm256_storeu_ps(sc[r] + j0 + i, _mm256_load_ps(out + r * KJ));
+            else _mm_storeu_ps(sc[r] + j0 + i, _mm_load_ps(out + r * KJ));
+        }
+    } else {
+        for (int r = 0; r < R; ++r)
+            for (int kj = 0; kj < KJ; ++kj) sc[r][j0 + i + kj] = out[r * KJ + kj];
+    }
 }
 
 // Phase 1 for R rows over one block run, KJ keys per register block, straight from the cache (no scratch): scores
