@@ -59,11 +59,16 @@ KVC_HOST_DEVICE inline MergeScales merge_scales(float into_m, float from_m) {
     return s;
 }
 
+// One element of a Rescale merge: the one expression every engine rounds the same way.
+KVC_HOST_DEVICE inline float merge_rescaled(const MergeScales& s, float into, float from) {
+    return into * s.a + from * s.b;
+}
+
 // One element (l, or one component of o) of the merged state.
 KVC_HOST_DEVICE inline float merge_apply(const MergeScales& s, float into, float from) {
     if (s.kind == MergeKind::KeepInto) return into;
     if (s.kind == MergeKind::CopyFrom) return from;
-    return into * s.a + from * s.b;
+    return merge_rescaled(s, into, from);
 }
 
 // The merged max.
@@ -87,7 +92,7 @@ KVC_HOST_DEVICE inline void state_merge(SoftmaxState& into, const SoftmaxState& 
     if (s.kind == MergeKind::CopyFrom) {
         for (int c = 0; c < head_dim; ++c) into.o[c] = from.o[c];
     } else {
-        for (int c = 0; c < head_dim; ++c) into.o[c] = into.o[c] * s.a + from.o[c] * s.b;
+        for (int c = 0; c < head_dim; ++c) into.o[c] = merge_rescaled(s, into.o[c], from.o[c]);
     }
     into.m = merge_max(s, into.m, from.m);
 }
