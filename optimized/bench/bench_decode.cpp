@@ -3,8 +3,8 @@
 // 512 to 32,768 tokens with 32 heads; each with every core and with one thread; (2) decode time with blocks
 // scattered over the pool against blocks in address order. Interleaved A/Bs in the same loop: heads walked together
 // or one per kernel call, the AVX2 kernel's group path or its direct path (GQA), the AVX-512 kernel or the AVX2 one
-// (machines with AVX-512; the line was "AVX-512 group path", GQA only, until 2026-12-04), and the walk (prefetching,
-// visits). Every timed decode and read of both groups starts from memory (evict_caches, then flush_lines over the
+// (machines with AVX-512; the line was "AVX-512 group path", GQA only, until 2026-12-04), the AVX-512 group path's
+// two score layouts (GQA, since 2026-12-05), and the walk (prefetching, visits). Every timed decode and read of both groups starts from memory (evict_caches, then flush_lines over the
 // measured K/V blocks or read buffer): the goal is decode at memory speed, and a cache left in a large L3 measured L3.
 #include "bench_common.hpp"
 
@@ -186,11 +186,13 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         // A/B of the AVX-512 kernel against the AVX2 kernel (machines with AVX-512): for GQA its 512-bit group path,
         // for MHA its direct path with 32 registers; same bits
         const bool ab_wide = e->uses_simd() && opt::cpu_has_avx512();
+        // A/B of that 512-bit group path's two score layouts (row pairs or key pairs; GQA); same bits
+        const bool ab_layout = ab_group && opt::cpu_has_avx512();
         // A/B of the AVX2 kernel's walk (attention_kernel.hpp, WalkPlan) against other walks; same bits
         const bool ab_walk = e->uses_simd();
         const opt::WalkPlan walk0 = opt::avx2_walk();
         std::vector<double> t_walk[kWalks];
-        std::vector<double> t_decode, t_stream, t_single, t_direct, t_avx2;
+        std::vector<double> t_decode, t_stream, t_single, t_direct, t_avx2, t_layout;
         const auto decode = [&] { return step.run(*e); };
         // every step adds a token: a cache grown by more than 5 % is filled afresh, so that a small one (512 tokens
         // grow by 400 over the run) is measured at about its size
@@ -214,6 +216,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         });
         if (ab_group) all_cores.add(t_direct, [&] { return with_group_paths(false, false, decode); });
         if (ab_wide) all_cores.add(t_avx2, [&] { return with_group_paths(true, false, decode); });
+        if (ab_layout) all_cores.add(t_layout, [&] { return with_other_score_layout(decode); });
         for (int a = 0; ab_walk && a < kWalks; ++a)
             all_cores.add(t_walk[a], [&, a] { return with_walk(kOtherWalks[a].from_default(walk0), decode); });
         for (int r = 0; r < reps; ++r) { // interleaved, so drifts in the machine hit both sides alike
@@ -229,7 +232,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         e->set_threads(1);
         one_thread = true;
         std::vector<double> t1_decode, t1_stream, t1_direct, t1_old_walk, t1_other_heads, t1_other_visits, t1_other_prime,
-            t1_avx2;
+            t1_avx2, t1_layout;
         // the head walk and the visit length the default does not use (whole runs or heads interleaved; visits of 16
         // or 4 keys): the choices per machine kind
         const OtherWalk& other_heads = kOtherWalks[walk0.interleave_heads ? kWholeRuns : kHeadsInterleaved];
@@ -245,6 +248,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         }
         if (ab_group) one_core.add(t1_direct, [&] { return with_group_paths(false, false, decode); });
         if (ab_wide) one_core.add(t1_avx2, [&] { return with_group_paths(true, false, decode); });
+        if (ab_layout) one_core.add(t1_layout, [&] { return with_other_score_layout(decode); });
         for (int r = 0; r < reps; ++r) { // as many as on all cores: one core of a shared host is the noisier side
             keep_size();
             evict_caches();
@@ -281,6 +285,12 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
             std::snprintf(note, sizeof note, "the same decode on the AVX2 kernel: %.1f ms/step", ms(t_avx2));
             report("1. ... AVX-512 kernel: speedup", fastest(t_avx2) / fastest(t_decode), "", note);
         }
+        if (ab_layout) {
+            std::snprintf(note, sizeof note, "the same decode, the AVX-512 score blocks in %s: %.1f ms/step",
+                          other_score_layout(), ms(t_layout));
+            report(std::string("1. ... score blocks of ") + other_score_layout() + ": time / default's",
+                   fastest(t_layout) / fastest(t_decode), "", note);
+        }
         for (int a = 0; ab_walk && a < kWalks; ++a) {
             std::snprintf(note, sizeof note, "the same decode, %s: %.1f ms/step", kOtherWalks[a].what,
                           ms(t_walk[a]));
@@ -314,6 +324,12 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         if (ab_wide) {
             std::snprintf(note, sizeof note, "one thread, AVX2 kernel: %.1f ms/step", ms(t1_avx2));
             report("1. ... AVX-512 kernel, one thread: speedup", fastest(t1_avx2) / fastest(t1_decode), "", note);
+        }
+        if (ab_layout) {
+            std::snprintf(note, sizeof note, "one thread, the AVX-512 score blocks in %s: %.1f ms/step",
+                          other_score_layout(), ms(t1_layout));
+            report(std::string("1. ... score blocks of ") + other_score_layout() + ", one thread: time / default's",
+                   fastest(t1_layout) / fastest(t1_decode), "", note);
         }
     }
 }

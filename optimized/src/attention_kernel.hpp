@@ -94,5 +94,10 @@ WalkPlan avx2_walk();
 // for the benchmark's A/B. Process-wide: set it only while no kernel runs.
 void set_avx512_group_path(bool on);
 bool avx512_group_path();
+// The register layout of that 512-bit group path's score blocks (attention_kernel_avx512_scores.hpp): row pairs (on)
+// or key pairs (off). At start: row pairs on AMD cores, key pairs elsewhere. Same bits either way; for the
+// benchmark's A/B and the tests. Process-wide: set it only while no kernel runs.
+void set_avx512_score_pairs(bool on);
+bool avx512_score_pairs();
 
 } // namespace kvc::opt

@@ -41,11 +41,15 @@ std::atomic<WalkPlan> g_walk{machine_walk()}; // one word: a kernel call reads t
 static_assert(std::atomic<WalkPlan>::is_always_lock_free, "the plan must fit one lock-free word (no libatomic)");
 std::atomic<bool> g_group_path{true};
 
+// The queries one by one (the pairs are the AVX-512 kernel's).
+KVC_TARGET_AVX2 bool group_query_pairs() { return false; }
+
 // rows 0-3 in 4 x 3 blocks (with the prefetches), then rows 4 .. R-1 over the same keys, now in L1 (KJ so that
 // accumulators and K chunks fit the 16 registers).
 template <uint32_t DT, int R>
-KVC_TARGET_AVX2 void group_scores(const float (*qs)[kMaxHeadDim], const uint8_t* kp, uint32_t run, uint64_t row_bytes,
-                                  uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
+KVC_TARGET_AVX2 void group_scores(const float (*qs)[kMaxHeadDim], bool /*pairs*/, const uint8_t* kp, uint32_t run,
+                                  uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
+                                  float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
     const float* q[R];
     row_pointers(qs, q);

@@ -12,9 +12,9 @@
 // registers: 1.34-1.58x the AVX2 kernel on GQA 8:1 decode there ("The AVX-512 kernel").
 //
 // Same bits as the AVX2 kernel, by construction, so the engine's results do not depend on which one a machine runs:
-//  - scores: one zmm holds the 8-lane accumulators of two keys (key a in lanes 0-7, key b in 8-15) for one query
-//    row, and every lane sees the same FMAs in the same order as the AVX2 kernel's accumulator of that key; the two
-//    halves then go through the same 8-lane tree (reduce8).
+//  - scores: one zmm holds two of the 8-lane accumulators the AVX2 kernel keeps per row and key (two keys of one row,
+//    or one key of two rows: attention_kernel_avx512_scores.hpp), every lane seeing the same FMAs in the same order;
+//    the two halves then go through the same 8-lane tree (reduce8).
 //  - V (f16/bf16 tiles of 5+ rows, the AVX2 group path's gate): one zmm holds 16 consecutive output elements, each
 //    accumulating its keys in key order, as in AVX2.
 //  - widening is exact in any width.
@@ -31,6 +31,7 @@
 #define KVC_KERNEL_REGS 32
 #define KVC_GROUP_VALUES_SCRATCH 0
 #include "attention_kernel_x86.hpp"
+#include "attention_kernel_avx512_scores.hpp"
 
 #include <atomic>
 
@@ -38,21 +39,11 @@ namespace kvc::opt {
 namespace {
 
 std::atomic<bool> g_avx512_group{true};
+// Row pairs where they were measured faster (AMD: Zen 4); key pairs elsewhere (attention_kernel_avx512_scores.hpp).
+std::atomic<bool> g_score_pairs{cpu_is_amd()};
 
-// Chunk c of two keys -> one zmm: 8 elements of key a in lanes 0-7, 8 of key b in lanes 8-15.
-template <uint32_t DT>
-KVC_TARGET_AVX512 inline __m512 load8x2(const uint8_t* a, const uint8_t* b) {
-    if constexpr (DT == KVC_DTYPE_F32) {
-        return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a))),
-                                  _mm256_loadu_ps(reinterpret_cast<const float*>(b)), 1);
-    } else {
-        const __m256i h = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
-        if constexpr (DT == KVC_DTYPE_F16) return _mm512_cvtph_ps(h);
-        else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-}
+// Read once per split (split_x86): the queries' layout and the score blocks that read them must agree.
+KVC_TARGET_AVX512 bool group_query_pairs() { return g_score_pairs.load(std::memory_order_relaxed); }
 
 // 16 consecutive cached elements -> 16 floats.
 template <uint32_t DT>
@@ -66,129 +57,16 @@ KVC_TARGET_AVX512 inline __m512 load16(const uint8_t* p) {
     }
 }
 
-// vhaddps within each 256-bit half: [a1+a0, a3+a2, b1+b0, b3+b2] per 128-bit lane, the same sums in the same order.
-KVC_TARGET_AVX512 inline __m512 hadd_halves(__m512 a, __m512 b) {
-    const __m512 even = _mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512 odd = _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
-    return _mm512_add_ps(odd, even);
-}
-
-// reduce8 on both 256-bit halves of 8 zmm at once: z[j] = [a_j | b_j] -> [A0..A3, B0..B3, A4..A7, B4..B7], where
-// A_j (B_j) is the sum of the 8 lanes of a_j (b_j) through reduce8's tree ((0+1)+(2+3))+((4+5)+(6+7)).
-KVC_TARGET_AVX512 inline __m512 reduce8_halves(const __m512* z) {
-    const __m512 t0 = hadd_halves(z[0], z[1]), t1 = hadd_halves(z[2], z[3]);
-    const __m512 t2 = hadd_halves(z[4], z[5]), t3 = hadd_halves(z[6], z[7]);
-    const __m512 u0 = hadd_halves(t0, t1), u1 = hadd_halves(t2, t3);
-    // reduce8's last step adds the low and the high 128 bits of each half: lanes L0 + L1 (a) and L2 + L3 (b)
-    return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// q . k for R rows and 2 * KP consecutive keys, R * KP zmm accumulators (two keys each), each dot product exactly as
-// the shared dots() computes it (8-lane accumulator, chunks in order, reduce8, then the scale). red[p] holds the
-// scores of keys 2p and 2p + 1, scaled, in reduce8_halves' order: row r's score of key 2p + h is lane
-// (r / 4) * 8 + h * 4 + r % 4.
-template <uint32_t DT, int R, int KP>
-KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float (*q)[kMaxHeadDim], const uint8_t* k,
-                                                                     uint64_t row_bytes, uint32_t d, __m512 scale,
-                                                                     __m512* red) {
-    static_assert(R <= 8 && R * KP + KP + 1 <= 32, "accumulators, K chunks and one q chunk fit the 32 registers");
-    __m512 acc[R * KP];
-    KVC_UNROLL for (int i = 0; i < R * KP; ++i) acc[i] = _mm512_setzero_ps();
-    const uint32_t full = d / 8, tail = d % 8;
-    constexpr uint32_t eb = elem_bytes<DT>();
-    const uint8_t* key[2 * KP]; // the rows' addresses once, so that a chunk's loads share one index
-    KVC_UNROLL for (int kj = 0; kj < 2 * KP; ++kj) key[kj] = k + kj * row_bytes;
-    for (uint32_t c = 0; c < full; ++c) {
-        __m512 kv[KP];
-        KVC_UNROLL for (int p = 0; p < KP; ++p)
-            kv[p] = load8x2<DT>(key[2 * p] + c * 8 * eb, key[2 * p + 1] + c * 8 * eb);
-        KVC_UNROLL for (int r = 0; r < R; ++r) {
-            const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[r] + 8 * c));
-            KVC_UNROLL for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
-        }
-    }
-    if (tail) { // q rows are zero-padded to a multiple of 8
-        __m512 kv[KP];
-        KVC_UNROLL for (int p = 0; p < KP; ++p)
-            kv[p] = _mm512_insertf32x8(_mm512_castps256_ps512(load_tail<DT>(key[2 * p] + full * 8 * eb, tail)),
-                                       load_tail<DT>(key[2 * p + 1] + full * 8 * eb, tail), 1);
-        KVC_UNROLL for (int r = 0; r < R; ++r) {
-            const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[r] + 8 * full));
-            KVC_UNROLL for (int p = 0; p < KP; ++p) acc[r * KP + p] = _mm512_fmadd_ps(qv, kv[p], acc[r * KP + p]);
-        }
-    }
-    // the rows of one key pair through the tree together (the lanes never mix)
-    KVC_UNROLL for (int p = 0; p < KP; ++p) {
-        __m512 z[8];
-        KVC_UNROLL for (int r = 0; r < 8; ++r) z[r] = r < R ? acc[r * KP + p] : _mm512_setzero_ps();
-        red[p] = _mm512_mul_ps(reduce8_halves(z), scale);
-    }
-}
-
-// The scores of one key pair (one red[p] of dots_x2) into the rows' score buffers: keys j and j + 1.
-template <int R>
-KVC_TARGET_AVX512 inline void scatter_pair(__m512 red_p, float (*sc)[kSplitKeys], uint32_t j) {
-    alignas(64) float red[16];
-    _mm512_store_ps(red, red_p);
-    for (int r = 0; r < R; ++r) {
-        sc[r][j] = red[(r / 4) * 8 + r % 4];
-        sc[r][j + 1] = red[(r / 4) * 8 + 4 + r % 4];
-    }
-}
-
-// The scores of two key pairs (red[0], red[1] of dots_x2) into the rows' score buffers, keys j .. j + 3: two
-// permutes put each row's 4 scores side by side (rows 0-3 in one zmm, 4-7 in the other), one 16-byte store per row.
-// Scattering them one by one cost a shuffle each (32 per block of 4 keys, on the FMA port 5).
-template <int R>
-KVC_TARGET_AVX512 inline void store_quad(const __m512* red, float (*sc)[kSplitKeys], uint32_t j) {
-    // lane 4 r' + kk of half g: row 4 g + r', key kk = 2 p + h, found in red[p] at lane 8 g + 4 h + r' (p = 1: + 16)
-    const __m512i lo = _mm512_setr_epi32(0, 4, 16, 20, 1, 5, 17, 21, 2, 6, 18, 22, 3, 7, 19, 23);
-    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
-    const __m512 half[2] = {_mm512_permutex2var_ps(red[0], lo, red[1]), _mm512_permutex2var_ps(red[0], hi, red[1])};
-    KVC_UNROLL for (int r = 0; r < R; ++r) {
-        const __m512 h = half[r / 4];
-        const __m128 x = r % 4 == 0   ? _mm512_castps512_ps128(h)
-                         : r % 4 == 1 ? _mm512_extractf32x4_ps(h, 1)
-                         : r % 4 == 2 ? _mm512_extractf32x4_ps(h, 2)
-                                      : _mm512_extractf32x4_ps(h, 3);
-        _mm_storeu_ps(sc[r] + j, x);
-    }
-}
-
-// Phase 1 of the group path: all R rows at once, 4 keys per register block for 6-8 rows (R x 2 zmm accumulators;
-// 3 x 8 spills them to the stack), 6 for 4-5 rows, then pairs, then a last single key through the shared dots().
+// Phase 1 of the group path in the layout of this split's queries (group_query_pairs): row pairs, 4 pairs x 4 keys
+// for 7-8 rows, 3 x 6 for 5-6, 2 x 8 for 4 (16-18 accumulators); or key pairs.
 template <uint32_t DT, int R>
-KVC_TARGET_AVX512 void group_scores(const float (*q)[kMaxHeadDim], const uint8_t* kp, uint32_t run,
+KVC_TARGET_AVX512 void group_scores(const float (*q)[kMaxHeadDim], bool pairs, const uint8_t* kp, uint32_t run,
                                     uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
                                     float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
-    constexpr int KP = R > 5 ? 2 : 3, KJ = 2 * KP;
-    const __m512 scale2 = _mm512_broadcast_f32x8(scale);
-    __m512 red[KP];
-    uint32_t i = 0;
-    for (; i + KJ <= run; i += KJ) {
-        pf.upto(j0 + i + KJ);
-        dots_x2<DT, R, KP>(q, kp + i * row_bytes, row_bytes, d, scale2, red);
-        if constexpr (KP == 2) {
-            store_quad<R>(red, sc, j0 + i);
-        } else {
-            for (int p = 0; p < KP; ++p) scatter_pair<R>(red[p], sc, j0 + i + 2 * p);
-        }
-    }
-    for (; i + 2 <= run; i += 2) {
-        pf.upto(j0 + i + 2);
-        dots_x2<DT, R, 1>(q, kp + i * row_bytes, row_bytes, d, scale2, red);
-        scatter_pair<R>(red[0], sc, j0 + i);
-    }
-    if (i < run) {
-        alignas(32) float out[16];
-        const float* qr[R];
-        row_pointers(q, qr);
-        pf.upto(j0 + i + 1);
-        dots<DT, R, 1>(qr, kp + i * row_bytes, row_bytes, d, scale, out);
-        for (int r = 0; r < R; ++r) sc[r][j0 + i] = out[r];
-    }
+    if (!pairs) return group_scores_keys<DT, R>(q, kp, run, row_bytes, d, scale, pf, sc, j0);
+    constexpr int RP = (R + 1) / 2, KJ = RP == 4 ? 4 : RP == 3 ? 6 : 8;
+    group_scores_rows<DT, R, RP, KJ>(q, kp, run, row_bytes, d, _mm512_broadcast_f32x8(scale), pf, sc, j0);
 }
 
 // o[r][c0 .. c0 + 16 CP) += p[r][col + i] * v_i[...] for keys i in order, straight from the cached rows, R x CP zmm
@@ -311,5 +189,7 @@ SplitKernel split_kernel_avx512(uint32_t dtype) {
 
 void set_avx512_group_path(bool on) { g_avx512_group.store(on, std::memory_order_relaxed); }
 bool avx512_group_path() { return g_avx512_group.load(std::memory_order_relaxed); }
+void set_avx512_score_pairs(bool on) { g_score_pairs.store(on, std::memory_order_relaxed); }
+bool avx512_score_pairs() { return g_score_pairs.load(std::memory_order_relaxed); }
 
 } // namespace kvc::opt

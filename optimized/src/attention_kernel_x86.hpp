@@ -463,9 +463,30 @@ constexpr uint32_t kPieceKeys = 16;
 // are copies a fixed stride apart (q[r], padded with zeros as the tile's), so that a register block addresses all
 // of them from one register: with a pointer per row, 8 rows and 4 keys ran out of general registers (measured).
 template <uint32_t DT, int R>
-KVC_KERNEL_TARGET void group_scores(const float (*q)[kMaxHeadDim], const uint8_t* kp, uint32_t run,
+KVC_KERNEL_TARGET void group_scores(const float (*q)[kMaxHeadDim], bool pairs, const uint8_t* kp, uint32_t run,
                                     uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
                                     float (*sc)[kSplitKeys], uint32_t j0);
+// Which layout group_scores takes its queries in (group_queries), asked once per split: rows one by one (false), or
+// in interleaved pairs (true: the AVX-512 kernel's score blocks of row pairs, on the machines where they are faster).
+KVC_KERNEL_TARGET bool group_query_pairs();
+// The rows of one tile into group_scores' query block `out` (dq floats per row, zero-padded like the tile's):
+//  - one by one: row r at out[r];
+//  - in pairs: rows 2p and 2p + 1 together in out[2p] .. out[2p + 1] (2 kMaxHeadDim floats read as one array), chunk
+//    c of 8 floats of row 2p at 16c and of row 2p + 1 at 16c + 8; the odd row of an odd R is zeros.
+// The block's rows: R one by one, R rounded up to even in pairs.
+template <int R>
+constexpr int group_query_rows(bool pairs) {
+    return pairs ? (R + 1) / 2 * 2 : R;
+}
+template <int R>
+KVC_KERNEL_TARGET inline void group_queries(const RowTile& t, uint32_t dq, bool pairs, float (*out)[kMaxHeadDim]) {
+    for (int r = 0; r < group_query_rows<R>(pairs); ++r) {
+        float* row = pairs ? out[r & ~1] + 8 * (r & 1) : out[r];
+        const uint32_t step = pairs ? 16 : 8;
+        for (uint32_t c = 0; c < dq; c += 8)
+            _mm256_store_ps(row + c / 8 * step, r < R ? _mm256_loadu_ps(t.q[r] + c) : _mm256_setzero_ps());
+    }
+}
 // Those rows as one pointer each, for the loops that take them so (dots, score_run_kj).
 template <int R>
 inline void row_pointers(const float (*q)[kMaxHeadDim], const float* (&out)[R]) {
@@ -543,15 +564,15 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     // and phase 4 reloads each output from its state, so the keys still reach each element in order
     const uint32_t visit =
         !kGroupScores && walk.interleave_heads ? std::max<uint32_t>(walk.visit_keys, 1u) : kSplitKeys;
-    // group_scores' queries: row r of head h at qs[h * R + r], copied once per split (2 KiB at d = 128, against the
-    // split's 256 keys of scores)
-    alignas(64) float qs[kGroupScores ? kMaxCallRows : 1][kMaxHeadDim];
+    // group_scores' queries, copied once per split (2 KiB at d = 128, against the split's 256 keys of scores): head h's
+    // rows from qs[h * q_rows] on, in the layout the including file asks for (group_query_pairs)
+    const bool pairs = kGroupScores && group_path && group_query_pairs();
+    const int q_rows = group_query_rows<R>(pairs);
+    alignas(64) float qs[kGroupScores ? kMaxCallRows + 2 : 1][kMaxHeadDim]; // + 2: 3 heads of 5 rows in pairs
     if constexpr (kGroupScores) {
+        static_assert(kMaxCallRows / R * group_query_rows<R>(true) <= kMaxCallRows + 2, "the heads' queries fit qs");
         if (group_path)
-            for (uint32_t h = 0; h < nh; ++h)
-                for (int r = 0; r < R; ++r)
-                    for (uint32_t c = 0; c < dq; c += 8)
-                        _mm256_store_ps(qs[h * R + r] + c, _mm256_loadu_ps(tiles[h].q[r] + c));
+            for (uint32_t h = 0; h < nh; ++h) group_queries<R>(tiles[h], dq, pairs, qs + h * q_rows);
     }
 
     // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run (visits of at most `visit`
@@ -564,8 +585,8 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
         for (uint32_t h = 0; h < nh; ++h) {
             if constexpr (kGroupScores) {
                 if (group_path) {
-                    group_scores<DT, R>(qs + h * R, kp + h * L.head_bytes, run, L.row_bytes, d, scale, pf[h],
-                                        sc + h * R, j);
+                    group_scores<DT, R>(qs + h * q_rows, pairs, kp + h * L.head_bytes, run, L.row_bytes, d, scale,
+                                        pf[h], sc + h * R, j);
                     continue;
                 }
             }

@@ -121,10 +121,12 @@ private:
 // Restores the kernels' process-wide switches (group paths, walk) however the test ends.
 struct SwitchesRestored {
     bool avx2_group = opt::avx2_group_path(), avx512_group = opt::avx512_group_path();
+    bool score_pairs = opt::avx512_score_pairs();
     opt::WalkPlan walk = opt::avx2_walk();
     ~SwitchesRestored() {
         opt::set_avx2_group_path(avx2_group);
         opt::set_avx512_group_path(avx512_group);
+        opt::set_avx512_score_pairs(score_pairs);
         opt::set_avx2_walk(walk);
     }
 };
@@ -200,31 +202,35 @@ TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
     SwitchesRestored restore;
     opt::set_avx512_group_path(true);
     Rng rng(test_seed(20261203));
-    int cases_widened = 0, cases_one_row_wide = 0;
+    int cases_widened = 0, cases_one_row_wide = 0, cases_odd_group = 0;
     for (int c = 0; c < 300; ++c) {
         const KernelCase kc(rng);
-        // the group paths (V prefetch spread over the passes or not: same bits), then the direct path compiled for
-        // AVX-512
-        for (const int path : {0, 1, 2}) {
-            const bool group = path < 2;
+        // the group paths (score blocks of key pairs, with the V prefetch spread over the passes or not, and of row
+        // pairs: same bits), then the direct path compiled for AVX-512
+        for (const int path : {0, 1, 2, 3}) {
+            const bool group = path < 3;
             opt::WalkPlan walk = opt::avx2_walk();
             walk.spread_prefetch = path == 1;
             opt::set_avx2_walk(walk);
             opt::set_avx2_group_path(group);
+            opt::set_avx512_score_pairs(path == 2);
             const std::vector<float> wide = kc.run(opt::split_kernel_avx512(kc.dtype));
             const std::vector<float> avx2 = kc.run(opt::split_kernel_avx2(kc.dtype));
             ASSERT_EQ(wide.size(), avx2.size());
             for (size_t i = 0; i < wide.size(); ++i)
                 ASSERT_EQ(0, std::memcmp(&wide[i], &avx2[i], sizeof(float)))
                     << "case " << c << (group ? ", group path" : ", direct path")
+                    << (group && path == 2 ? ", row pairs" : "")
                     << (walk.spread_prefetch ? ", V prefetch spread" : "") << ", value " << i << " (AVX-512 "
                     << wide[i] << ", AVX2 " << avx2[i] << "): " << kc.describe();
         }
         if (kc.n > 4 && kc.dtype != KVC_DTYPE_F32) ++cases_widened;
+        if (kc.n >= 4 && kc.n % 2 == 1) ++cases_odd_group;
         if (kc.n == 1 && kc.head_dim >= 128) ++cases_one_row_wide;
     }
     EXPECT_GT(cases_widened, 50) << "the random shapes must exercise the widened V path (f16/bf16, 5+ rows)";
     EXPECT_GT(cases_one_row_wide, 5) << "the random shapes must exercise one row's 16-chunk V passes (d >= 128)";
+    EXPECT_GT(cases_odd_group, 20) << "the random shapes must exercise row pairs with a row of zeros (5 or 7 rows)";
 }
 
 } // namespace
