@@ -1,5 +1,5 @@
 // Phase 1 of the AVX-512 kernel's group path (tiles of 4-8 rows: GQA groups, prefill), in its two register layouts;
-// included by attention_kernel_avx512.cpp after the shared body (attention_kernel_x86.hpp), in its unnamed namespace.
+// part of attention_kernel_avx512.cpp's unnamed namespace (included there, after the shared body's macros are set).
 //
 // Both compute every dot product exactly as the shared dots() does (one 8-lane accumulator per row and key, the chunks
 // in order, the fixed tree reduce8, then the scale), so they give the AVX2 kernel's bits; they differ in what shares a
@@ -12,7 +12,7 @@
 // loop of 16 zmm FMAs per chunk in that layout took 19.1 cycles, in row pairs 15.9 (the 128-bit K broadcasts and the
 // widenings run beside the FMAs); the kernel's GQA 8:1 step in cache 7 % faster. On cores with two 512-bit FMA units
 // (the Intel kinds) the row pairs' widenings (4 per chunk instead of 2) may cost what the broadcasts save there: not
-// measured, so those keep key pairs (machine_score_pairs, attention_kernel_avx512.cpp).
+// measured, so those keep key pairs (set_avx512_score_pairs, attention_kernel.hpp).
 #pragma once
 
 #include "attention_kernel_x86.hpp" // the shared body, compiled for the including file's target (its macros set)
@@ -176,10 +176,8 @@ KVC_TARGET_AVX512 void group_scores_keys(const float (*q)[kMaxHeadDim], const ui
 
 // q . k for RP row pairs and KJ consecutive keys, RP x KJ zmm accumulators: acc[p][j] holds rows 2p (lanes 0-7) and
 // 2p + 1 (lanes 8-15) against key j, each half exactly the 8-lane accumulator the shared dots() keeps for that row and
-// key (chunks in order), then the same tree (reduce8) and the scale. The queries come in pairs (group_queries, pairs
-// layout): one plain 512-bit load per pair and chunk, the key's chunk broadcast to both halves. Zen 4, 2026-12-05: the
-// layout of before (two keys per zmm, each row's chunk broadcast to both halves from memory) ran 16 FMAs in 19 cycles
-// in a throwaway loop, this one in 15.9: the 256-bit broadcasts took FMA-port cycles, the 128-bit ones do not.
+// key (chunks in order), then the same tree (reduce8) and the scale. The queries come in pairs (group_queries): one
+// plain 512-bit load per pair and chunk; the key's chunk is broadcast to both halves (load8_both).
 // red[h] holds the scores of keys 2h and 2h + 1, scaled: row r's score of key 2h + e is lane 8e + 4 (r % 2) + r / 2.
 template <uint32_t DT, int RP, int KJ>
 KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_pairs(const float (*q)[kMaxHeadDim],
