@@ -119,15 +119,10 @@ KVC_TARGET_AVX512 inline void scatter_pair(__m512 red_p, float (*sc)[kSplitKeys]
     }
 }
 
-// The scores of two key pairs (red[0], red[1] of dots_x2) into the rows' score buffers, keys j .. j + 3: two
-// permutes put each row's 4 scores side by side (rows 0-3 in one zmm, 4-7 in the other), one 16-byte store per row.
-// Scattering them one by one cost a shuffle each (32 per block of 4 keys, on the FMA port 5).
+// Four scores of each of R rows into the rows' score buffers at keys j .. j + 3: row r's in the 128-bit lane r % 4 of
+// half[r / 4], one 16-byte store each.
 template <int R>
-KVC_TARGET_AVX512 inline void store_quad(const __m512* red, float (*sc)[kSplitKeys], uint32_t j) {
-    // lane 4 r' + kk of half g: row 4 g + r', key kk = 2 p + h, found in red[p] at lane 8 g + 4 h + r' (p = 1: + 16)
-    const __m512i lo = _mm512_setr_epi32(0, 4, 16, 20, 1, 5, 17, 21, 2, 6, 18, 22, 3, 7, 19, 23);
-    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
-    const __m512 half[2] = {_mm512_permutex2var_ps(red[0], lo, red[1]), _mm512_permutex2var_ps(red[0], hi, red[1])};
+KVC_TARGET_AVX512 inline void store_rows4(const __m512 (&half)[2], float (*sc)[kSplitKeys], uint32_t j) {
     KVC_UNROLL for (int r = 0; r < R; ++r) {
         const __m512 h = half[r / 4];
         const __m128 x = r % 4 == 0   ? _mm512_castps512_ps128(h)
@@ -138,13 +133,25 @@ KVC_TARGET_AVX512 inline void store_quad(const __m512* red, float (*sc)[kSplitKe
     }
 }
 
-// Phase 1 of the group path in keys pairs: all R rows at once (queries one by one), 4 keys per register block for
+// The scores of two key pairs (red[0], red[1] of dots_x2) into the rows' score buffers, keys j .. j + 3: two
+// permutes put each row's 4 scores side by side (rows 0-3 in one zmm, 4-7 in the other), one 16-byte store per row.
+// Scattering them one by one cost a shuffle each (32 per block of 4 keys, on the FMA port 5).
+template <int R>
+KVC_TARGET_AVX512 inline void store_quad(const __m512* red, float (*sc)[kSplitKeys], uint32_t j) {
+    // lane 4 r' + kk of half g: row 4 g + r', key kk = 2 p + h, found in red[p] at lane 8 g + 4 h + r' (p = 1: + 16)
+    const __m512i lo = _mm512_setr_epi32(0, 4, 16, 20, 1, 5, 17, 21, 2, 6, 18, 22, 3, 7, 19, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    const __m512 half[2] = {_mm512_permutex2var_ps(red[0], lo, red[1]), _mm512_permutex2var_ps(red[0], hi, red[1])};
+    store_rows4<R>(half, sc, j);
+}
+
+// Phase 1 of the group path in key pairs: all R rows at once (queries one by one), 4 keys per register block for
 // 6-8 rows (R x 2 zmm accumulators; 3 x 8 spills them to the stack), 6 for 4-5 rows, then pairs, then a last single
 // key through the shared dots().
 template <uint32_t DT, int R>
 KVC_TARGET_AVX512 void group_scores_keys(const float (*q)[kMaxHeadDim], const uint8_t* kp, uint32_t run,
-                                    uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
-                                    float (*sc)[kSplitKeys], uint32_t j0) {
+                                         uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
+                                         float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
     constexpr int KP = R > 5 ? 2 : 3, KJ = 2 * KP;
     const __m512 scale2 = _mm512_broadcast_f32x8(scale);
@@ -232,14 +239,7 @@ KVC_TARGET_AVX512 inline void store_scores(const __m512* red, float (*sc)[kSplit
     for (; kk + 4 <= KJ; kk += 4) {
         const __m512 half[2] = {_mm512_permutex2var_ps(red[kk / 2], lo, red[kk / 2 + 1]),
                                 _mm512_permutex2var_ps(red[kk / 2], hi, red[kk / 2 + 1])};
-        KVC_UNROLL for (int r = 0; r < R; ++r) {
-            const __m512 h = half[r / 4];
-            const __m128 x = r % 4 == 0   ? _mm512_castps512_ps128(h)
-                             : r % 4 == 1 ? _mm512_extractf32x4_ps(h, 1)
-                             : r % 4 == 2 ? _mm512_extractf32x4_ps(h, 2)
-                                          : _mm512_extractf32x4_ps(h, 3);
-            _mm_storeu_ps(sc[r] + j + kk, x);
-        }
+        store_rows4<R>(half, sc, j + kk);
     }
     if constexpr (KJ % 4 != 0) {
         alignas(64) float out[2][16];
