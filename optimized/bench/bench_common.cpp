@@ -104,14 +104,14 @@ double with_group_paths(bool avx2, bool avx512, const std::function<double()>& r
 }
 
 double with_other_score_layout(const std::function<double()>& run) {
-    const bool before = opt::avx512_score_pairs();
-    opt::set_avx512_score_pairs(!before);
+    const bool before = opt::avx512_score_row_pairs();
+    opt::set_avx512_score_row_pairs(!before);
     const double seconds = run();
-    opt::set_avx512_score_pairs(before);
+    opt::set_avx512_score_row_pairs(before);
     return seconds;
 }
 
-const char* other_score_layout() { return opt::avx512_score_pairs() ? "key pairs" : "row pairs"; }
+const char* other_score_layout() { return opt::avx512_score_row_pairs() ? "key pairs" : "row pairs"; }
 
 double with_walk(const opt::WalkPlan& walk, const std::function<double()>& run) {
     const opt::WalkPlan before = opt::avx2_walk();

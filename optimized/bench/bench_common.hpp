@@ -74,7 +74,7 @@ double with_group_paths(bool avx2, bool avx512, const std::function<double()>& r
 // before. Same bits either way: the A/Bs of the walk. Process-wide, as above.
 double with_walk(const opt::WalkPlan& walk, const std::function<double()>& run);
 // Seconds of run() with the AVX-512 group path's score blocks in the other register layout (row pairs or key pairs:
-// opt::set_avx512_score_pairs), then the one before back. Same bits either way. Process-wide, as above.
+// opt::set_avx512_score_row_pairs), then the one before back. Same bits either way. Process-wide, as above.
 double with_other_score_layout(const std::function<double()>& run);
 // What that other layout is, for the benchmark's lines: "key pairs" or "row pairs".
 const char* other_score_layout();

@@ -94,10 +94,11 @@ WalkPlan avx2_walk();
 // for the benchmark's A/B. Process-wide: set it only while no kernel runs.
 void set_avx512_group_path(bool on);
 bool avx512_group_path();
-// The register layout of that 512-bit group path's score blocks (attention_kernel_avx512_scores.hpp): row pairs (on)
-// or key pairs (off). At start: row pairs on AMD cores, key pairs elsewhere. Same bits either way; for the
-// benchmark's A/B and the tests. Process-wide: set it only while no kernel runs.
-void set_avx512_score_pairs(bool on);
-bool avx512_score_pairs();
+// The register layout of that 512-bit group path's score blocks (attention_kernel_avx512_scores.hpp): one key of two
+// rows per register (on) or two keys of one row (off). At start: on for AMD family 25 (Zen 4), where it was measured
+// faster; off elsewhere. Same bits either way; for the benchmark's A/B and the tests. Process-wide: set it only while
+// no kernel runs.
+void set_avx512_score_row_pairs(bool on);
+bool avx512_score_row_pairs();
 
 } // namespace kvc::opt

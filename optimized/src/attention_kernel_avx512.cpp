@@ -39,11 +39,13 @@ namespace kvc::opt {
 namespace {
 
 std::atomic<bool> g_avx512_group{true};
-// Row pairs where they were measured faster (AMD: Zen 4); key pairs elsewhere (attention_kernel_avx512_scores.hpp).
-std::atomic<bool> g_score_pairs{cpu_is_amd()};
+// Row pairs where they were measured faster: AMD family 25 (Zen 4; the Zen 3 cores of that family have no AVX-512, so
+// never run this kernel). Key pairs elsewhere, unmeasured: the Intel kinds, and Zen 5 (family 26), whose 512-bit FMA
+// units are full width (attention_kernel_avx512_scores.hpp says why that matters).
+std::atomic<bool> g_score_row_pairs{cpu_is_amd() && cpu_family() == 25};
 
 // Read once per split (split_x86): the queries' layout and the score blocks that read them must agree.
-KVC_TARGET_AVX512 bool group_query_pairs() { return g_score_pairs.load(std::memory_order_relaxed); }
+KVC_TARGET_AVX512 bool group_query_pairs() { return g_score_row_pairs.load(std::memory_order_relaxed); }
 
 // 16 consecutive cached elements -> 16 floats.
 template <uint32_t DT>
@@ -189,7 +191,7 @@ SplitKernel split_kernel_avx512(uint32_t dtype) {
 
 void set_avx512_group_path(bool on) { g_avx512_group.store(on, std::memory_order_relaxed); }
 bool avx512_group_path() { return g_avx512_group.load(std::memory_order_relaxed); }
-void set_avx512_score_pairs(bool on) { g_score_pairs.store(on, std::memory_order_relaxed); }
-bool avx512_score_pairs() { return g_score_pairs.load(std::memory_order_relaxed); }
+void set_avx512_score_row_pairs(bool on) { g_score_row_pairs.store(on, std::memory_order_relaxed); }
+bool avx512_score_row_pairs() { return g_score_row_pairs.load(std::memory_order_relaxed); }
 
 } // namespace kvc::opt

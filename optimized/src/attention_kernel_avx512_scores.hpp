@@ -5,14 +5,15 @@
 // in order, the fixed tree reduce8, then the scale), so they give the AVX2 kernel's bits; they differ in what shares a
 // zmm:
 //  - key pairs (group_scores_keys): lanes 0-7 key a, 8-15 key b, one query row; each row's chunk is broadcast to both
-//    halves from memory, 8 rows per 2 K loads. Queries one by one.
+//    halves from memory: per chunk, 8 query broadcasts and 2 K registers (4 loads) for 16 FMAs. Queries one by one.
 //  - row pairs (group_scores_rows): lanes 0-7 row 2p, 8-15 row 2p + 1, one key; the key's chunk is broadcast to both
-//    halves, the two rows' chunks are one plain load. Queries in pairs (group_queries).
+//    halves, the two rows' chunks are one plain load: per chunk, 4 K broadcasts and 4 query loads for 16 FMAs (7-8
+//    rows). Queries in pairs (group_queries).
 // On Zen 4 (2026-12-05) the 256-bit broadcast from memory of the key pairs takes a cycle of the FMA ports: a throwaway
 // loop of 16 zmm FMAs per chunk in that layout took 19.1 cycles, in row pairs 15.9 (the 128-bit K broadcasts and the
 // widenings run beside the FMAs); the kernel's GQA 8:1 step in cache 7 % faster. On cores with two 512-bit FMA units
 // (the Intel kinds) the row pairs' widenings (4 per chunk instead of 2) may cost what the broadcasts save there: not
-// measured, so those keep key pairs (set_avx512_score_pairs, attention_kernel.hpp).
+// measured, so those keep key pairs (set_avx512_score_row_pairs, attention_kernel.hpp).
 #pragma once
 
 #include "attention_kernel_x86.hpp" // the shared body, compiled for the including file's target (its macros set)
@@ -255,6 +256,7 @@ template <uint32_t DT, int R, int RP, int KJ>
 KVC_TARGET_AVX512 void group_scores_rows(const float (*q)[kMaxHeadDim], const uint8_t* kp, uint32_t run,
                                        uint64_t row_bytes, uint32_t d, __m512 scale, RowPrefetcher& pf,
                                        float (*sc)[kSplitKeys], uint32_t j0) {
+    static_assert(R >= 4 && R <= kTileRows && RP == (R + 1) / 2, "4 to 8 rows, in (R + 1) / 2 pairs");
     __m512 red[(KJ + 1) / 2];
     uint32_t i = 0;
     for (; i + KJ <= run; i += KJ) {

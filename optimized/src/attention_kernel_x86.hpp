@@ -1,7 +1,7 @@
 // The body of the x86 split kernels, shared by the AVX2 and the AVX-512 translation units: everything here is one
 // template compiled once per instruction set, so the two kernels walk, prefetch and reduce alike and give the same
 // bits. Include it after defining KVC_KERNEL_TARGET (the function attribute of that instruction set); the including
-// file defines the group path's two inner loops declared below (group_scores, group_values).
+// file defines the group path's hooks declared below (group_scores, group_query_pairs, group_values).
 // Everything is in an unnamed namespace: each translation unit gets its own copy, compiled for its own target.
 //
 // Why it is shaped this way:
@@ -453,15 +453,15 @@ KVC_KERNEL_TARGET void accumulate_all_live(const uint8_t* v, uint64_t row_bytes,
 // 8 accumulators (8 rows x 1 key) left no slack over the FMA latency (16 dependent FMAs per key at d = 128), and
 // phase 4 widened every V row twice (once per half of the tile). The group path replaces both loops with the two
 // hooks below, which each kernel defines for its registers (attention_kernel_avx2.cpp: 4 x 3 score blocks, V widened
-// once into an L1 scratch; attention_kernel_avx512.cpp: two keys per zmm, V straight from the cache). The bits are
+// once into an L1 scratch; attention_kernel_avx512.cpp: two accumulators per zmm, V straight from the cache). The bits are
 // those of the direct path: widening is exact, and each dot product and each output element keeps its own
 // accumulator and the order of its operations; only which of them share a loop changes.
 constexpr uint32_t kPieceKeys = 16;
 
 // The group path's inner loops, defined by the including file for its instruction set (same bits either way).
 // Phase 1 for R >= 4 rows over one block run: scores of keys j0 .. j0 + run - 1 into sc[r][j0 ..]. The rows' queries
-// are copies a fixed stride apart (q[r], padded with zeros as the tile's), so that a register block addresses all
-// of them from one register: with a pointer per row, 8 rows and 4 keys ran out of general registers (measured).
+// are copies (group_queries, in the layout `pairs` says) from one base q, so that a register block addresses all of
+// them from one register: with a pointer per row, 8 rows and 4 keys ran out of general registers (measured).
 template <uint32_t DT, int R>
 KVC_KERNEL_TARGET void group_scores(const float (*q)[kMaxHeadDim], bool pairs, const uint8_t* kp, uint32_t run,
                                     uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
@@ -564,8 +564,8 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     // and phase 4 reloads each output from its state, so the keys still reach each element in order
     const uint32_t visit =
         !kGroupScores && walk.interleave_heads ? std::max<uint32_t>(walk.visit_keys, 1u) : kSplitKeys;
-    // group_scores' queries, copied once per split (2 KiB at d = 128, against the split's 256 keys of scores): head h's
-    // rows from qs[h * q_rows] on, in the layout the including file asks for (group_query_pairs)
+    // group_scores' queries, copied once per split (4 KiB for 8 rows at d = 128, against the split's 256 keys of
+    // scores): head h's rows from qs[h * q_rows] on, in the layout the including file asks for (group_query_pairs)
     const bool pairs = kGroupScores && group_path && group_query_pairs();
     const int q_rows = group_query_rows<R>(pairs);
     alignas(64) float qs[kGroupScores ? kMaxCallRows + 2 : 1][kMaxHeadDim]; // + 2: 3 heads of 5 rows in pairs

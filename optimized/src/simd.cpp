@@ -75,6 +75,20 @@ bool cpu_is_intel() {
     return yes;
 }
 
+unsigned cpu_family() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const unsigned family = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return 0u;
+        const unsigned base = (eax >> 8) & 0xf;
+        return base == 0xf ? base + ((eax >> 20) & 0xff) : base;
+    }();
+    return family;
+#else
+    return 0;
+#endif
+}
+
 const char* kernel_isa(bool simd_allowed) {
     if (!simd_allowed || !cpu_has_avx2_f16c()) return "portable";
     return cpu_has_avx512() ? "AVX-512+AVX2+FMA+F16C" : "AVX2+FMA+F16C";

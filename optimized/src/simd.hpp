@@ -15,6 +15,10 @@ bool cpu_has_avx512();
 // (attention_kernel_avx2.cpp, machine_walk).
 bool cpu_is_amd();
 bool cpu_is_intel();
+// The CPUID display family (base family, plus the extended family where the base is 15): 25 for AMD Zen 3 and Zen 4,
+// 26 for Zen 5, 6 for the Intel cores here; 0 where it cannot be read. Kernel choices measured on one core generation
+// name it with this.
+unsigned cpu_family();
 
 // The instruction set the engine's kernels use here: "AVX-512+AVX2+FMA+F16C", "AVX2+FMA+F16C" or "portable"
 // (benchmarks print it).

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 namespace kvc::test {
@@ -121,12 +123,12 @@ private:
 // Restores the kernels' process-wide switches (group paths, walk) however the test ends.
 struct SwitchesRestored {
     bool avx2_group = opt::avx2_group_path(), avx512_group = opt::avx512_group_path();
-    bool score_pairs = opt::avx512_score_pairs();
+    bool score_row_pairs = opt::avx512_score_row_pairs();
     opt::WalkPlan walk = opt::avx2_walk();
     ~SwitchesRestored() {
         opt::set_avx2_group_path(avx2_group);
         opt::set_avx512_group_path(avx512_group);
-        opt::set_avx512_score_pairs(score_pairs);
+        opt::set_avx512_score_row_pairs(score_row_pairs);
         opt::set_avx2_walk(walk);
     }
 };
@@ -213,7 +215,7 @@ TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
             walk.spread_prefetch = path == 1;
             opt::set_avx2_walk(walk);
             opt::set_avx2_group_path(group);
-            opt::set_avx512_score_pairs(path == 2);
+            opt::set_avx512_score_row_pairs(path == 2);
             const std::vector<float> wide = kc.run(opt::split_kernel_avx512(kc.dtype));
             const std::vector<float> avx2 = kc.run(opt::split_kernel_avx2(kc.dtype));
             ASSERT_EQ(wide.size(), avx2.size());
@@ -231,6 +233,21 @@ TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
     EXPECT_GT(cases_widened, 50) << "the random shapes must exercise the widened V path (f16/bf16, 5+ rows)";
     EXPECT_GT(cases_one_row_wide, 5) << "the random shapes must exercise one row's 16-chunk V passes (d >= 128)";
     EXPECT_GT(cases_odd_group, 20) << "the random shapes must exercise row pairs with a row of zeros (5 or 7 rows)";
+}
+
+// The machine's kernel choices name core generations by CPUID family (cpu_family): it must be the family the kernel
+// reports, read here from an independent source, and the AVX-512 score layout's default must follow it.
+TEST(KernelPaths, CpuFamilyIsTheKernelsAndChoosesTheScoreLayout) {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    int family = -1;
+    while (family < 0 && std::getline(cpuinfo, line))
+        if (line.rfind("cpu family", 0) == 0 && line.find(':') != std::string::npos)
+            family = std::stoi(line.substr(line.find(':') + 1));
+    if (family < 0) GTEST_SKIP() << "no 'cpu family' line in /proc/cpuinfo: nothing to compare cpu_family() with";
+    EXPECT_EQ(static_cast<unsigned>(family), opt::cpu_family());
+    EXPECT_EQ(opt::cpu_is_amd() && family == 25, opt::avx512_score_row_pairs())
+        << "row pairs by default on AMD family 25 (Zen 4) only (attention_kernel.hpp)";
 }
 
 } // namespace
