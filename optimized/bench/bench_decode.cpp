@@ -4,8 +4,9 @@
 // scattered over the pool against blocks in address order. Interleaved A/Bs in the same loop: heads walked together
 // or one per kernel call, the AVX2 kernel's group path or its direct path (GQA), the AVX-512 kernel or the AVX2 one
 // (machines with AVX-512; the line was "AVX-512 group path", GQA only, until 2026-12-04), the AVX-512 group path's
-// two score layouts (GQA, since 2026-12-05), and the walk (prefetching, visits). Every timed decode and read of both groups starts from memory (evict_caches, then flush_lines over the
-// measured K/V blocks or read buffer): the goal is decode at memory speed, and a cache left in a large L3 measured L3.
+// two score layouts (GQA, since 2026-12-05), and the walk (prefetching, visits). Every timed decode and read of both
+// groups starts from memory (evict_caches, then flush_lines over the measured K/V blocks or read buffer): the goal is
+// decode at memory speed, and a cache left in a large L3 measured L3.
 #include "bench_common.hpp"
 
 #include "attention_kernel.hpp"

@@ -453,8 +453,8 @@ KVC_KERNEL_TARGET void accumulate_all_live(const uint8_t* v, uint64_t row_bytes,
 // 8 accumulators (8 rows x 1 key) left no slack over the FMA latency (16 dependent FMAs per key at d = 128), and
 // phase 4 widened every V row twice (once per half of the tile). The group path replaces both loops with the two
 // hooks below, which each kernel defines for its registers (attention_kernel_avx2.cpp: 4 x 3 score blocks, V widened
-// once into an L1 scratch; attention_kernel_avx512.cpp: two accumulators per zmm, V straight from the cache). The bits are
-// those of the direct path: widening is exact, and each dot product and each output element keeps its own
+// once into an L1 scratch; attention_kernel_avx512.cpp: two accumulators per zmm, V straight from the cache). The
+// bits are those of the direct path: widening is exact, and each dot product and each output element keeps its own
 // accumulator and the order of its operations; only which of them share a loop changes.
 constexpr uint32_t kPieceKeys = 16;
 
@@ -480,9 +480,9 @@ constexpr int group_query_rows(bool pairs) {
 }
 template <int R>
 KVC_KERNEL_TARGET inline void group_queries(const RowTile& t, uint32_t dq, bool pairs, float (*out)[kMaxHeadDim]) {
+    const uint32_t step = pairs ? 16 : 8; // floats from one chunk of a row to its next
     for (int r = 0; r < group_query_rows<R>(pairs); ++r) {
         float* row = pairs ? out[r & ~1] + 8 * (r & 1) : out[r];
-        const uint32_t step = pairs ? 16 : 8;
         for (uint32_t c = 0; c < dq; c += 8)
             _mm256_store_ps(row + c / 8 * step, r < R ? _mm256_loadu_ps(t.q[r] + c) : _mm256_setzero_ps());
     }
