@@ -100,5 +100,12 @@ bool avx512_group_path();
 // no kernel runs.
 void set_avx512_score_row_pairs(bool on);
 bool avx512_score_row_pairs();
+// How many times (since the process started) that group path began scoring a split of one KV head in each layout. The
+// two layouts give the same bits, so a test cannot tell from the results which one ran; it reads these. Relaxed
+// counts, one per split and head: not a measure of work.
+struct ScoreLayoutSplits {
+    uint64_t key_pairs = 0, row_pairs = 0;
+};
+ScoreLayoutSplits avx512_score_layout_splits();
 
 } // namespace kvc::opt

@@ -43,6 +43,8 @@ std::atomic<bool> g_avx512_group{true};
 // never run this kernel). Key pairs elsewhere, unmeasured: the Intel kinds, and Zen 5 (family 26), whose 512-bit FMA
 // units are full width (attention_kernel_avx512_scores.hpp says why that matters).
 std::atomic<bool> g_score_row_pairs{cpu_is_amd() && cpu_family() == 25};
+// avx512_score_layout_splits: [0] key pairs, [1] row pairs
+std::atomic<uint64_t> g_layout_splits[2] = {};
 
 // Read once per split (split_x86): the queries' layout and the score blocks that read them must agree.
 KVC_TARGET_AVX512 bool group_query_pairs() { return g_score_row_pairs.load(std::memory_order_relaxed); }
@@ -66,6 +68,7 @@ KVC_TARGET_AVX512 void group_scores(const float (*q)[kMaxHeadDim], bool pairs, c
                                     uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
                                     float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
+    if (j0 == 0) g_layout_splits[pairs].fetch_add(1, std::memory_order_relaxed); // the split's first run of this head
     if (!pairs) return group_scores_keys<DT, R>(q, kp, run, row_bytes, d, scale, pf, sc, j0);
     constexpr int RP = (R + 1) / 2, KJ = RP == 4 ? 4 : RP == 3 ? 6 : 8;
     group_scores_rows<DT, R, RP, KJ>(q, kp, run, row_bytes, d, _mm512_broadcast_f32x8(scale), pf, sc, j0);
@@ -193,5 +196,11 @@ void set_avx512_group_path(bool on) { g_avx512_group.store(on, std::memory_order
 bool avx512_group_path() { return g_avx512_group.load(std::memory_order_relaxed); }
 void set_avx512_score_row_pairs(bool on) { g_score_row_pairs.store(on, std::memory_order_relaxed); }
 bool avx512_score_row_pairs() { return g_score_row_pairs.load(std::memory_order_relaxed); }
+ScoreLayoutSplits avx512_score_layout_splits() {
+    ScoreLayoutSplits s;
+    s.key_pairs = g_layout_splits[0].load(std::memory_order_relaxed);
+    s.row_pairs = g_layout_splits[1].load(std::memory_order_relaxed);
+    return s;
+}
 
 } // namespace kvc::opt

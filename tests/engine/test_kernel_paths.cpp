@@ -216,7 +216,15 @@ TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
             opt::set_avx2_walk(walk);
             opt::set_avx2_group_path(group);
             opt::set_avx512_score_row_pairs(path == 2);
+            const opt::ScoreLayoutSplits before = opt::avx512_score_layout_splits();
             const std::vector<float> wide = kc.run(opt::split_kernel_avx512(kc.dtype));
+            // the results cannot tell the layouts apart: the kernel's counts say which one scored this call's heads
+            const opt::ScoreLayoutSplits after = opt::avx512_score_layout_splits();
+            const bool grouped = group && kc.n >= 4, pairs = grouped && path == 2;
+            EXPECT_EQ(grouped && !pairs ? kc.nh : 0u, after.key_pairs - before.key_pairs)
+                << "splits scored in key pairs, case " << c << ", path " << path << ": " << kc.describe();
+            EXPECT_EQ(pairs ? kc.nh : 0u, after.row_pairs - before.row_pairs)
+                << "splits scored in row pairs, case " << c << ", path " << path << ": " << kc.describe();
             const std::vector<float> avx2 = kc.run(opt::split_kernel_avx2(kc.dtype));
             ASSERT_EQ(wide.size(), avx2.size());
             for (size_t i = 0; i < wide.size(); ++i)
