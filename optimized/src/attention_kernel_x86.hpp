@@ -375,9 +375,10 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) void accumulate_pass(con
                                                                            uint32_t count, const float* const* p,
                                                                            SoftmaxState* st, uint32_t c0,
                                                                            RowPrefetcher* pf, uint32_t v0) {
-    // each row's probability broadcast once per key where CP chunks reuse it (registers allow: R x CP accumulators
-    // + R + 1 <= 16); for one chunk, broadcast where used
-    constexpr bool kHoist = CP > 1 && R * CP + R + 1 <= 16;
+    // each row's probability broadcast once per key where CP chunks reuse it and the registers allow (R x CP
+    // accumulators + R broadcasts + one V chunk); for one chunk, broadcast where used. GCC also merges the repeated
+    // broadcasts of an unhoisted row into one (checked for 1 row x 16 chunks: one vbroadcastss per key)
+    constexpr bool kHoist = CP > 1 && R * CP + R + 1 <= KVC_KERNEL_REGS;
     __m256 acc[R][CP];
     KVC_UNROLL for (int r = 0; r < R; ++r)
         KVC_UNROLL for (int cc = 0; cc < CP; ++cc) acc[r][cc] = _mm256_loadu_ps(st[r].o + c0 + 8 * cc);
