@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 
 namespace kvc::prop::gens {
@@ -44,12 +45,21 @@ uint32_t boundary_at_or_above(uint32_t hint, uint32_t now, uint32_t cap) {
     return static_cast<uint32_t>(target);
 }
 
-uint32_t lcm(uint32_t a, uint32_t b) { return a / std::gcd(a, b) * b; }
+// in 64 bits, saturated: a declared granularity near 2^32 must not wrap to a small one
+uint32_t lcm(uint32_t a, uint32_t b) {
+    const uint64_t l = uint64_t(a / std::gcd(a, b)) * b;
+    return static_cast<uint32_t>(std::min<uint64_t>(l, UINT32_MAX));
+}
+
+// The largest granularity drawn as a head_dim of its own (below): 4x the largest candidate. A declared
+// head_dim_multiple above it (1,000,000 from a caps file took 23 GB of K/V data to export) is not drawn.
+constexpr uint32_t kLargestDrawnMultiple = 1024;
 
 // head_dim candidates inside the declared limit and granularity; large ones rarer (the oracle's cost grows with d).
 uint32_t draw_head_dim(const ConfigSpace& space, bool rope, std::vector<uint32_t> small, std::vector<uint32_t> large) {
     const uint32_t limit = space.allow.max_head_dim;
     const uint32_t m = rope ? lcm(head_dim_multiple(space.allow, true), 2u) : head_dim_multiple(space.allow, false);
+    const uint32_t first = small.front(); // the case's first candidate, before the granularity filters it
     if (limit && limit % m == 0 && limit <= 256) large.push_back(limit); // the declared maximum itself
     const auto fits = [&](std::vector<uint32_t>& v) {
         v.erase(std::remove_if(v.begin(), v.end(), [&](uint32_t x) { return x % m != 0 || (limit && x > limit); }),
@@ -57,7 +67,9 @@ uint32_t draw_head_dim(const ConfigSpace& space, bool rope, std::vector<uint32_t
     };
     fits(small);
     fits(large);
-    if (small.empty() && large.empty()) small.push_back(m); // exceeds the limit: NOT_SUPPORTED, never an error
+    // No candidate fits: the granularity itself, NOT_SUPPORTED where it exceeds the limit, never an error; or, for a
+    // granularity too large to draw, the first candidate, NOT_SUPPORTED as "not a multiple" of it.
+    if (small.empty() && large.empty()) small.push_back(m <= kLargestDrawnMultiple ? m : first);
     if (small.empty()) return *rc::gen::elementOf(large).as("head_dim");
     if (large.empty()) return *rc::gen::elementOf(small).as("head_dim");
     return *rc::gen::weightedOneOf<uint32_t>({{6, rc::gen::elementOf(small)}, {1, rc::gen::elementOf(large)}})

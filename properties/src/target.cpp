@@ -4,10 +4,12 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <fstream>
 
 namespace kvc::prop {
 namespace {
@@ -69,8 +71,16 @@ Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
     return t;
 }
 
+std::string plugin_file_problem(const std::string& path) {
+    struct stat st{};
+    if (stat(path.c_str(), &st) != 0) return std::string("cannot open the file (") + std::strerror(errno) + ")";
+    if (!S_ISREG(st.st_mode)) return "not a regular file (a directory, FIFO, socket or device)";
+    if (access(path.c_str(), R_OK) != 0) return std::string("cannot open the file (") + std::strerror(errno) + ")";
+    return "";
+}
+
 Target load_plugin(const std::string& path) {
-    if (!std::ifstream(path).good()) throw LoadError(path + ": cannot open the file");
+    if (const std::string why = plugin_file_problem(path); !why.empty()) throw LoadError(path + ": " + why);
     // A bare file name would make dlopen search the library path instead of opening the file the user named.
     const std::string file = path.find('/') == std::string::npos ? "./" + path : path;
     // RTLD_NODELETE: the last Target's dlclose must not unmap the library. A plugin may keep threads (a pool) that

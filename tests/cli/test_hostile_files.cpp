@@ -408,4 +408,166 @@ TEST_F(HostileFiles, AnUnwritableCounterexamplesDirectoryIsRefusedBeforeRunning)
     EXPECT_EQ(o.all().find("verdict table"), std::string::npos) << "refused only after the run: " << o.all();
 }
 
+// ---- an adversarial review of the CLI (2026-12-05) ----
+
+// A granularity no head_dim the suite draws can meet: every case is listed as not supported, none is generated at
+// that size (1,000,000 once took 23 GB of K/V data before the OOM killer ended the export).
+TEST_F(HostileFiles, ExportDrawsNoHeadDimFromAGranularityTooLargeToHold) {
+    spit(dir_ / "caps.json", R"({"capabilities": ["dtype f32", "rope neox"], "limits": {"head_dim_multiple": 1000000,
+                                  "head_dim_multiple_rope": 4294967295}})");
+    const Outcome o = kvcheck("export --out v --cases 3 --caps caps.json");
+    ASSERT_EQ(o.rc, 0) << o.all();
+    const json m = manifest();
+    EXPECT_TRUE(m.at("cases").empty()) << m.dump(1);
+    EXPECT_FALSE(m.at("not_supported").empty());
+    for (const json& r : m.at("not_supported"))
+        EXPECT_NE(r.at("needs").dump().find("not a multiple of"), std::string::npos) << r.dump();
+}
+
+// Opening a FIFO for reading blocks until someone writes to it: the plugin path is checked without opening it.
+TEST_F(HostileFiles, AFifoAsPluginIsRefusedWithoutBlocking) {
+    ASSERT_EQ(::mkfifo((dir_ / "f.so").c_str(), 0600), 0);
+    for (const std::string& args : {std::string("validate --plugin f.so"), std::string("list --plugin f.so"),
+                                    std::string("replay some.json --plugin f.so")}) {
+        if (args.rfind("replay", 0) == 0) spit(dir_ / "some.json", R"({"kvcheck_replay": 1, "property": "EQUIV",
+            "case": {"config": {"n_layers": 1, "n_q_heads": 1, "n_kv_heads": 1, "head_dim": 4, "dtype": "f32",
+            "rope": "none", "block_size_hint": 0, "max_seqs": 2, "max_tokens": 16, "rope_theta": 10000},
+            "data_seed": 1, "ops": [{"op": "append", "appends": [{"seq": 0, "n_new": 2}]}]}})");
+        const Outcome o = kvcheck(args);
+        EXPECT_EQ(o.rc, 2) << args << ": " << o.all();
+        EXPECT_NE(o.err.find("not a regular file"), std::string::npos) << args << ": " << o.all();
+    }
+}
+
+// libstdc++ compiles a regular expression recursively: 20,000 nested groups ended kvcheck with SIGSEGV.
+TEST_F(HostileFiles, ADeeplyNestedFilterIsBadInputNotACrash) {
+    const auto nested = [](int depth) { return std::string(depth, '(') + "EQUIV" + std::string(depth, ')'); };
+    for (const int depth : {20000, 33}) {
+        const Outcome o = kvcheck("validate --builtin example --cases 1 --filter " + quote(nested(depth)));
+        EXPECT_EQ(o.rc, 2) << depth << ": " << o.all();
+        EXPECT_NE(o.err.find("--filter"), std::string::npos) << o.all();
+    }
+    const Outcome ok = kvcheck("validate --builtin example --cases 1 --filter " + quote(nested(32)));
+    EXPECT_EQ(ok.rc, 0) << ok.all();
+}
+
+// CLI11 read integers with strtoll's automatic base: --cases 010 ran 8 cases, and export --seed 010 drew seed 8
+// where validate --seed 010 drew seed 10.
+TEST_F(HostileFiles, NumbersOnTheCommandLineAreDecimal) {
+    const Outcome ten = kvcheck("validate --builtin example --cases 010 --filter '^EQUIV/'");
+    EXPECT_EQ(ten.rc, 0) << ten.all();
+    EXPECT_NE(ten.out.find("(10 cases"), std::string::npos) << ten.all();
+    for (const char* args : {"validate --builtin example --cases 0x3 --filter EQUIV",
+                             "validate --builtin example --cases 02000000 --filter EQUIV",
+                             "export --out w --cases 0b11", "export --out w --seed -1",
+                             "export --out w --seed 18446744073709551616", "memory --model llama-2-13b --batch 0x20"}) {
+        const Outcome o = kvcheck(args);
+        EXPECT_EQ(o.rc, 2) << args << ": " << o.all();
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "w"));
+    ASSERT_EQ(kvcheck("export --out v --cases 02 --seed 010 --properties EQUIV --dtypes f32").rc, 0);
+    EXPECT_EQ(manifest().at("seed"), 10);
+    EXPECT_EQ(manifest().at("cases_per_property"), 2);
+    EXPECT_EQ(kvcheck("memory --model llama-2-13b --batch 032 --tokens 010").out,
+              kvcheck("memory --model llama-2-13b --batch 32 --tokens 10").out);
+}
+
+// An empty path meant "no report" for --report, "." then a failure after the run for --counterexamples, and "no
+// caps" for --caps, each without a word.
+TEST_F(HostileFiles, EmptyPathsAreRefused) {
+    vectors_and_results();
+    for (const char* args : {"validate --builtin example --cases 1 --report ''",
+                             "validate --builtin example --cases 1 --junit ''",
+                             "validate --builtin example --cases 1 --counterexamples ''",
+                             "validate --plugin '' --builtin example", "export --out x --caps ''", "export --out ''",
+                             "grade --vectors v --results r --report ''", "grade --vectors v --results ''",
+                             "golden verify --dir ''", "list --plugin ''"}) {
+        const Outcome o = kvcheck(args);
+        EXPECT_EQ(o.rc, 2) << args << ": " << o.all();
+        EXPECT_NE(o.err.find("empty path"), std::string::npos) << args << ": " << o.all();
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "x"));
+}
+
+TEST_F(HostileFiles, CounterexamplesNamingTheReportAreRefusedBeforeRunning) {
+    for (const char* args : {"--report x.json --counterexamples x.json", "--junit ./x.xml --counterexamples x.xml"}) {
+        const Outcome o = kvcheck(std::string("validate --builtin example --filter '^EQUIV/0$' ") + args);
+        EXPECT_EQ(o.rc, 2) << args << ": " << o.all();
+        EXPECT_NE(o.err.find("same path"), std::string::npos) << o.all();
+        EXPECT_EQ(o.all().find("verdict table"), std::string::npos) << "refused only after the run: " << o.all();
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "x.json"));
+    EXPECT_FALSE(fs::exists(dir_ / "x.xml"));
+}
+
+// Both manifests are read under the rule every results file follows: a symbolic link must stay inside its directory
+// (a manifest elsewhere was graded, and a file's bytes shown in the parse error).
+TEST_F(HostileFiles, GradeRefusesAManifestThatLinksOutOfItsDirectory) {
+    vectors_and_results();
+    spit(dir_ / "secret.txt", R"({"password": "hunter2" x)");
+    fs::copy_file(dir_ / "r" / "manifest.json", dir_ / "results-manifest.json");
+    fs::remove(dir_ / "r" / "manifest.json");
+    fs::create_symlink(dir_ / "secret.txt", dir_ / "r" / "manifest.json");
+    Outcome o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.err.find("leads out of"), std::string::npos) << o.all();
+    EXPECT_EQ(o.all().find("hunter2"), std::string::npos) << o.all();
+    fs::remove(dir_ / "r" / "manifest.json");
+    fs::create_symlink(dir_ / "results-manifest.json", dir_ / "r" / "manifest.json"); // valid, but elsewhere
+    o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all();
+    fs::rename(dir_ / "v" / "manifest.json", dir_ / "vectors-manifest.json");
+    fs::create_symlink(dir_ / "vectors-manifest.json", dir_ / "v" / "manifest.json");
+    fs::remove(dir_ / "r" / "manifest.json");
+    spit(dir_ / "r" / "manifest.json", kResults);
+    o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.err.find("v/manifest.json"), std::string::npos) << o.all();
+}
+
+TEST_F(HostileFiles, GradeRefusesAManifestListingNoCase) {
+    vectors_and_results();
+    json m = manifest();
+    m["cases"] = json::array();
+    m["not_supported"] = json::array();
+    set_manifest(m);
+    const Outcome o = kvcheck("grade --vectors v --results r");
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.err.find("lists no case"), std::string::npos) << o.all();
+}
+
+// validate exits 3 when its report cannot be written (docs/cli.md); grade said 2.
+TEST_F(HostileFiles, GradeExitsThreeWhenTheReportCannotBeWritten) {
+    vectors_and_results();
+    const Outcome o = kvcheck("grade --vectors v --results r --report /proc/version");
+    EXPECT_EQ(o.rc, 3) << o.all();
+    EXPECT_NE(o.err.find("cannot write the report"), std::string::npos) << o.all();
+}
+
+TEST_F(HostileFiles, ReplayRefusesALooseSeedAVerdictNameOrAnEmptyScript) {
+    const std::string script = R"("case": {"config": {"n_layers": 1, "n_q_heads": 1, "n_kv_heads": 1, "head_dim": 4,
+        "dtype": "f32", "rope": "none", "block_size_hint": 0, "max_seqs": 2, "max_tokens": 16, "rope_theta": 10000},
+        "data_seed": 1, "ops": OPS})";
+    const auto doc = [&](const std::string& fields, const std::string& ops) {
+        std::string c = script;
+        c.replace(c.find("OPS"), 3, ops);
+        return R"({"kvcheck_replay": 1, "property": "EQUIV", )" + fields + c + "}";
+    };
+    const std::string append = R"([{"op": "append", "appends": [{"seq": 0, "n_new": 2}]}])";
+    spit(dir_ / "negative.json", doc(R"("seed": -1, )", append));
+    spit(dir_ / "fraction.json", doc(R"("seed": 1.5, )", append));
+    spit(dir_ / "verdict.json", doc(R"("verdict": "BOGUS", )", append));
+    spit(dir_ / "empty.json", doc("", "[]"));
+    for (const char* file : {"negative.json", "fraction.json", "verdict.json", "empty.json"}) {
+        const Outcome o = kvcheck(std::string("replay ") + file + " --builtin example");
+        EXPECT_EQ(o.rc, 2) << file << ": " << o.all();
+        EXPECT_NE(o.err.find(file), std::string::npos) << o.all();
+    }
+    spit(dir_ / "nul.json", doc("\"id\": \"EQUIV/\\u0000\\u001b[2J\", ", append)); // JSON escapes, not C++ ones
+    const Outcome o = kvcheck("replay nul.json --builtin example");
+    EXPECT_EQ(o.rc, 0) << o.all();
+    EXPECT_EQ(o.out.find('\0'), std::string::npos) << "a NUL reached the terminal";
+    EXPECT_EQ(o.out.find('\x1b'), std::string::npos) << "an escape sequence reached the terminal";
+}
+
 } // namespace

@@ -13,7 +13,7 @@ void add_verify(CLI::App& golden, std::string& dir, int& exit_code) {
     auto* verify = golden.add_subcommand(
         "verify", "Check every printed number against the reference at its printed precision, and every computed "
                   "field against the reference at 1e-12. Exit 0 all match, 1 mismatch, 2 malformed/stale/missing");
-    verify->add_option("--dir", dir, "golden directory")->capture_default_str();
+    verify->add_option("--dir", dir, "golden directory")->check(path_given())->capture_default_str();
     verify->callback([&dir, &exit_code] {
         const golden::Report report = golden::verify_dir(dir);
         std::cout << golden::format_report(report);
@@ -26,7 +26,7 @@ void add_regen(CLI::App& golden, std::string& dir, int& exit_code) {
         "regen", "Recompute every computed field from the reference and rewrite the files as one set, all or nothing "
                  "(deterministic: a rerun changes nothing). Printed values and provenance are never touched. Refuses "
                  "a file that is malformed, a symbolic link, not a regular file or read-only. Exit 0 written, 2 refused");
-    regen->add_option("--dir", dir, "golden directory")->capture_default_str();
+    regen->add_option("--dir", dir, "golden directory")->check(path_given())->capture_default_str();
     regen->callback([&dir, &exit_code] {
         std::string internal;
         std::vector<golden::RegenResult> results;

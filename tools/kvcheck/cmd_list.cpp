@@ -145,7 +145,8 @@ void add_list_command(CLI::App& app, int& exit_code) {
     auto* list = app.add_subcommand("list", "The properties of both levels, the built-in implementations and the "
                                             "capability vocabulary; with --plugin, the levels a plugin exports");
     list->add_flag("--json", json, "print JSON instead of text");
-    list->add_option("--plugin", plugin, "also say which tables this plugin exports (operation, model level)");
+    list->add_option("--plugin", plugin, "also say which tables this plugin exports (operation, model level)")
+        ->check(path_given());
     list->callback([&exit_code] {
         nlohmann::json j = list_json();
         std::string text = list_text();

@@ -57,8 +57,10 @@ void add_validate_commands(CLI::App& app, int& exit_code) {
     auto* validate_cmd = app.add_subcommand(
         "validate", "Run the conformance properties against an implementation, each case in its own process. Exit 0 "
                     "conformant, 1 not conformant (FAIL/ERROR/CRASH/TIMEOUT), 2 bad input, 3 harness error");
-    validate_cmd->add_option("--plugin", v.plugin,
-                             "a plugin shared library (exports " KVC_ENTRY_SYMBOL ", " KVCM_ENTRY_SYMBOL " or both)");
+    validate_cmd
+        ->add_option("--plugin", v.plugin,
+                     "a plugin shared library (exports " KVC_ENTRY_SYMBOL ", " KVCM_ENTRY_SYMBOL " or both)")
+        ->check(path_given());
     validate_cmd->add_option("--builtin", v.builtin, "a built-in implementation (kvcheck list), or 'all'");
     validate_cmd->add_option("--level", v.level,
                              "which tables of the plugin run: auto (every one it exports), operation or model")
@@ -82,10 +84,11 @@ void add_validate_commands(CLI::App& app, int& exit_code) {
                              "shrink only the first N failures of each property (0: none, all: every one); later "
                              "failures are reported as generated, with a note")
         ->capture_default_str();
-    validate_cmd->add_option("--report", v.report, "write the JSON report to this file");
-    validate_cmd->add_option("--junit", v.junit, "write a JUnit XML report to this file");
+    validate_cmd->add_option("--report", v.report, "write the JSON report to this file")->check(path_given());
+    validate_cmd->add_option("--junit", v.junit, "write a JUnit XML report to this file")->check(path_given());
     validate_cmd->add_option("--counterexamples", v.counterexamples,
                              "directory for the replay files of cases that did not pass")
+        ->check(path_given())
         ->capture_default_str();
     add_isolation_options(validate_cmd, v.isolation, v.memory_limit);
     validate_cmd
@@ -103,9 +106,13 @@ void add_validate_commands(CLI::App& app, int& exit_code) {
     auto* replay_cmd = app.add_subcommand(
         "replay", "Run one recorded case (a file written by validate) again, in its own process. Exit 0 it passes, "
                   "1 it does not, 2 bad input");
-    replay_cmd->add_option("file", r.file, "replay file, e.g. kvcheck-counterexamples/EQUIV-3.json")->required();
-    replay_cmd->add_option("--plugin", r.plugin,
-                           "a plugin shared library (exports " KVC_ENTRY_SYMBOL ", " KVCM_ENTRY_SYMBOL " or both)");
+    replay_cmd->add_option("file", r.file, "replay file, e.g. kvcheck-counterexamples/EQUIV-3.json")
+        ->check(path_given())
+        ->required();
+    replay_cmd
+        ->add_option("--plugin", r.plugin,
+                     "a plugin shared library (exports " KVC_ENTRY_SYMBOL ", " KVCM_ENTRY_SYMBOL " or both)")
+        ->check(path_given());
     replay_cmd->add_option("--builtin", r.builtin, "a built-in implementation (kvcheck list)");
     replay_cmd->add_option("--timeout", r.timeout, "seconds before TIMEOUT")
         ->check(CLI::Range(0.001, 1e6))

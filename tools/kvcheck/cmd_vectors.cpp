@@ -5,6 +5,8 @@
 
 #include "vectors_commands.hpp"
 
+#include "kvcheck/harness/selection.hpp"
+
 #include <iostream>
 
 namespace kvc::cli {
@@ -17,9 +19,10 @@ void add_export(CLI::App& app, int& exit_code) {
         "export", "Write conformance cases as files: inputs (safetensors), expected outputs, tolerance bounds, stored "
                   "rows and live bytes, and a manifest (docs/vectors.md). Exit 0 written, 2 bad options or "
                   "unwritable directory");
-    cmd->add_option("--out", o.out, "directory to write (created if missing)")->required();
-    cmd->add_option("--cases", o.cases, "cases per property")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--seed", o.seed,
+    cmd->add_option("--out", o.out, "directory to write (created if missing)")->check(path_given())->required();
+    cmd->add_option("--cases", o.cases, "cases per property")->capture_default_str()->check(CLI::Range(1, 1000000));
+    static std::string seed_text = std::to_string(o.seed); // parsed as validate parses its --seed
+    cmd->add_option("--seed", seed_text,
                     "run seed: case PROPERTY/i is case i of `kvcheck validate` with the same --seed and --cases")
         ->capture_default_str();
     cmd->add_option("--properties", o.properties, "comma-separated property IDs that can be graded offline")
@@ -30,8 +33,17 @@ void add_export(CLI::App& app, int& exit_code) {
         ->capture_default_str();
     cmd->add_option("--caps", o.caps,
                     "JSON file declaring the implementation's capabilities, limits and pipeline (docs/vectors.md): "
-                    "cases outside them are listed as not supported instead of exported");
-    cmd->callback([&exit_code] { exit_code = vec::run_export(o, std::cout, std::cerr); });
+                    "cases outside them are listed as not supported instead of exported")->check(path_given());
+    cmd->callback([&exit_code] {
+        try {
+            o.seed = harness::parse_seed(seed_text);
+        } catch (const BadInput& e) {
+            std::cerr << "kvcheck export: " << e.what() << "\n";
+            exit_code = kExitBadInput;
+            return;
+        }
+        exit_code = vec::run_export(o, std::cout, std::cerr);
+    });
 }
 
 void add_grade(CLI::App& app, int& exit_code) {
@@ -39,10 +51,10 @@ void add_grade(CLI::App& app, int& exit_code) {
     auto* cmd = app.add_subcommand(
         "grade", "Grade an implementation's results for exported vectors (EQUIV, CACHE-CONTENT, APPEND-ONLY, "
                  "MEMORY). Exit 0 all pass, 1 a FAIL or ERROR, 2 a missing or malformed file");
-    cmd->add_option("--vectors", o.vectors, "directory written by `kvcheck export`")->required();
-    cmd->add_option("--results", o.results, "directory written by the implementation")->required();
-    cmd->add_option("--report", o.report, "write the verdicts as JSON to this file");
-    cmd->add_option("--junit", o.junit, "write the verdicts as JUnit XML to this file");
+    cmd->add_option("--vectors", o.vectors, "directory written by `kvcheck export`")->check(path_given())->required();
+    cmd->add_option("--results", o.results, "directory written by the implementation")->check(path_given())->required();
+    cmd->add_option("--report", o.report, "write the verdicts as JSON to this file")->check(path_given());
+    cmd->add_option("--junit", o.junit, "write the verdicts as JUnit XML to this file")->check(path_given());
     cmd->callback([&exit_code] { exit_code = vec::run_grade(o, std::cout, std::cerr); });
 }
 

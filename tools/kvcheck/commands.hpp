@@ -11,6 +11,13 @@ namespace kvc::cli {
 // The exit codes (docs/cli.md) are the harness's: every front end returns the same ones.
 using namespace kvc::harness;
 
+// The check of every option that names a file or directory: an empty path is refused (exit 2). Before it, `--report
+// ''` meant "no report" without a word, `--counterexamples ''` failed only after the run, `--caps ''` meant none.
+inline CLI::Validator path_given() {
+    return CLI::Validator([](std::string& s) { return s.empty() ? std::string("an empty path") : std::string(); },
+                          "", "PATH");
+}
+
 void add_golden_commands(CLI::App& app, int& exit_code);   // golden verify | golden regen
 void add_memory_command(CLI::App& app, int& exit_code);    // memory calculator
 void add_list_command(CLI::App& app, int& exit_code);      // properties, built-ins, capabilities

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <regex>
 #include <string>
 
 namespace {
@@ -22,6 +23,30 @@ void restart_with_exact_heap_accounting(char** argv) {
     setenv("GLIBC_TUNABLES", value.c_str(), 1);
     setenv("KVCHECK_REEXECUTED", "1", 1);
     execv("/proc/self/exe", argv); // returns only on failure: then NO-Q cases end as ERROR, saying why
+}
+
+// CLI11 2.1 converts integers with strtoll's automatic base: "--cases 010" ran 8 cases and "--seed 0x10" was 16,
+// while the seeds validate parses itself are decimal. Every number on kvcheck's command line is decimal: leading
+// zeros are dropped before the conversion and a 0x, 0b or 0o prefix is refused.
+std::string decimal(std::string s) {
+    static const std::regex prefixed("[+-]?0[xXbBoO].*");
+    static const std::regex leading_zeros("([+-]?)0+([0-9].*)");
+    if (std::regex_match(s, prefixed)) throw CLI::ValidationError(s + ": not a decimal number");
+    std::smatch m;
+    if (std::regex_match(s, m, leading_zeros)) return m[1].str() + m[2].str();
+    return s;
+}
+
+// Puts decimal() first on every numeric option of every subcommand (a transform runs before the option's checks).
+void decimal_numbers(CLI::App& app) {
+    for (CLI::App* sub : app.get_subcommands({})) {
+        for (CLI::Option* opt : sub->get_options()) {
+            const std::string full = opt->get_type_name(); // "INT", or "INT:" and its checks' descriptions
+            const std::string type = full.substr(0, full.find(':'));
+            if (type == "INT" || type == "UINT" || type == "FLOAT") opt->transform(decimal, "DECIMAL");
+        }
+        decimal_numbers(*sub);
+    }
 }
 
 } // namespace
@@ -39,6 +64,7 @@ int main(int argc, char** argv) {
     kvc::cli::add_list_command(app, exit_code);
     kvc::cli::add_validate_commands(app, exit_code);
     kvc::cli::add_vectors_commands(app, exit_code);
+    decimal_numbers(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

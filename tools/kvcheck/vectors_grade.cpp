@@ -150,10 +150,25 @@ void check_inputs(const std::string& real, const fs::path& file, const VCase& vc
     }
 }
 
+// A directory's manifest.json, refused before it is opened when it is a symbolic link leading out of the directory
+// (as every file grade reads: its bytes could otherwise show in a message, or a manifest elsewhere be graded).
+json read_manifest(const fs::path& dir) {
+    const fs::path mpath = dir / "manifest.json";
+    std::error_code ec;
+    if (fs::is_symlink(mpath, ec)) {
+        try {
+            harness::confined_path(dir.string(), "manifest.json");
+        } catch (const harness::InputError& x) {
+            throw BadInput(mpath.string() + ": " + x.what());
+        }
+    }
+    return read_json(mpath);
+}
+
 Vectors load_vectors(const fs::path& dir) {
     const fs::path mpath = dir / "manifest.json";
     const std::string m = mpath.string();
-    const json j = read_json(mpath);
+    const json j = read_manifest(dir);
     if (!j.is_object()) throw BadInput(m + ": not a JSON object");
     const int format = field<int>(j, "kvcheck_vectors", m);
     if (format != kVectorsFormat)
@@ -223,6 +238,9 @@ Vectors load_vectors(const fs::path& dir) {
         check_inputs(real, dir / inputs, vc);
         v.cases.push_back(std::move(vc));
     }
+    // export never writes such a manifest; graded, it would pass with nothing judged
+    if (v.cases.empty() && v.refused.empty())
+        throw BadInput(m + ": lists no case (\"cases\" and \"not_supported\" are empty)");
     return v;
 }
 
@@ -236,7 +254,7 @@ struct Results {
 Results load_results(const fs::path& dir) {
     const fs::path mpath = dir / "manifest.json";
     const std::string m = mpath.string();
-    const json j = read_json(mpath);
+    const json j = read_manifest(dir);
     if (!j.is_object()) throw BadInput(m + ": not a JSON object");
     const int format = field<int>(j, "kvcheck_results", m);
     if (format != kResultsFormat)
@@ -739,7 +757,10 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
             if (!o.report.empty()) files.emplace_back(o.report, harness::dump_json(report, 1) + "\n");
             if (!o.junit.empty()) files.emplace_back(o.junit, harness::junit_from_report(report));
             std::string error;
-            if (!harness::write_files_atomically(files, error)) throw std::runtime_error(error);
+            if (!harness::write_files_atomically(files, error)) { // exit 3, as validate (docs/cli.md)
+                err << "kvcheck grade: cannot write the report: " << error << "\n";
+                return harness::kExitInternal;
+            }
         }
     } catch (const std::runtime_error& e) {
         err << "kvcheck grade: " << e.what() << "\n";

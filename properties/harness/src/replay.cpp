@@ -2,6 +2,7 @@
 
 #include "kvcheck/harness/errors.hpp"
 #include "kvcheck/harness/input_file.hpp"
+#include "kvcheck/harness/isolate.hpp"
 #include "kvcheck/harness/report.hpp"
 #include "kvcheck/model/model_properties.hpp"
 
@@ -65,8 +66,10 @@ ReplayDocument read_replay(const std::string& path) {
             throw BadInput(path + ": \"level\" is " + j["level"].dump() + ", expected \"operation\" or \"model\"");
     }
     try {
-        d.id = j.value("id", d.property_id + "/?");
+        d.id = printable(j.value("id", d.property_id + "/?")); // shown on the terminal: no control characters
         d.recorded_verdict = j.value("verdict", std::string("FAIL"));
+        if (!prop::verdict_from_name(d.recorded_verdict))
+            throw BadInput(path + ": \"verdict\" is \"" + printable(d.recorded_verdict) + "\", not a verdict name");
         d.recorded_reason = j.value("expected_failure", std::string());
         d.case_text = j.value("case_text", std::string());
         if (d.level == Level::Model) {
@@ -84,6 +87,9 @@ ReplayDocument read_replay(const std::string& path) {
             throw BadInput(path + ": unknown property \"" + d.property_id + "\" (kvcheck list shows the properties)");
         if (!j.contains("case")) throw BadInput(path + ": missing object \"case\"");
         d.c = prop::case_from_json(j["case"]);
+        if (d.c.ops.empty()) throw BadInput(path + ": the case has no operation (\"case\".\"ops\" is empty)");
+        if (j.contains("seed") && !j["seed"].is_number_unsigned())
+            throw BadInput(path + ": \"seed\" is " + j["seed"].dump() + ", expected an integer from 0 to 2^64 - 1");
         d.seed = j.value("seed", uint64_t{0});
         if (j.contains("expected_mismatch")) d.recorded_mismatch = prop::mismatch_from_json(j["expected_mismatch"]);
     } catch (const std::invalid_argument& e) {

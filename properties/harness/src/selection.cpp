@@ -38,6 +38,33 @@ Shard parse_shard(const std::string& text) {
     return s;
 }
 
+namespace {
+
+// libstdc++ compiles a regular expression by recursion: 20,000 nested groups overflowed the stack (a segfault, not
+// an exit 2). A filter selects property and case ids; none needs more than this.
+constexpr std::size_t kMaxFilterLength = 1000;
+constexpr int kMaxFilterNesting = 32;
+
+void check_filter_shape(const std::string& text) {
+    if (text.size() > kMaxFilterLength)
+        throw BadInput("--filter: " + std::to_string(text.size()) + " characters; at most " +
+                       std::to_string(kMaxFilterLength));
+    int depth = 0, deepest = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '\\') {
+            ++i; // an escaped character opens nothing
+            continue;
+        }
+        if (text[i] == '(') deepest = std::max(deepest, ++depth);
+        else if (text[i] == ')') depth = std::max(depth - 1, 0);
+    }
+    if (deepest > kMaxFilterNesting)
+        throw BadInput("--filter: groups nested " + std::to_string(deepest) + " deep; at most " +
+                       std::to_string(kMaxFilterNesting));
+}
+
+} // namespace
+
 bool model_property_core(const std::string& id) { return id == "MODEL-LOGITS" || id == "MODEL-MEMORY"; }
 
 bool CaseRef::core() const { return property ? property->core : model_property_core(model_property); }
@@ -56,6 +83,7 @@ std::vector<CaseRef> share(const std::vector<CaseRef>& all, const Shard& shard) 
 Selection select_cases(const std::string& profile, int cases, const std::string& filter_text, const Shard& shard) {
     std::optional<std::regex> filter;
     if (!filter_text.empty()) {
+        check_filter_shape(filter_text);
         try {
             filter.emplace(filter_text, std::regex::ECMAScript);
         } catch (const std::regex_error& e) {

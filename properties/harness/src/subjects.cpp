@@ -8,7 +8,6 @@
 #include "kvcheck/properties/sanitizers.hpp"
 
 #include <cctype>
-#include <fstream>
 #include <regex>
 #include <sstream>
 
@@ -188,7 +187,8 @@ std::vector<Subject> load_subjects(const std::string& plugin, const std::string&
         Subject s;
         // dlopen() searches the library path for a name without a slash; a file name given here means that file.
         s.plugin_file = plugin.find('/') == std::string::npos ? "./" + plugin : plugin;
-        if (!std::ifstream(s.plugin_file).good()) throw BadInput(plugin + ": cannot open the file");
+        if (const std::string why = prop::plugin_file_problem(s.plugin_file); !why.empty())
+            throw BadInput(plugin + ": " + why);
         s.target.origin = s.plugin_file;
         s.target_args = "--plugin " + shell_quote(plugin);
         s = probe(std::move(s), o);

@@ -103,6 +103,11 @@ int validate(const ValidateOptions& o) {
     if (!o.report.empty() && !o.junit.empty() && same_file(o.report, o.junit))
         throw BadInput("--report and --junit name the same file");
     if (!can_create_directory(o.counterexamples, error)) throw BadInput("cannot write counterexamples: " + error);
+    // checked before the run: the directory would be made at the first replay file, and the report then fail on it
+    for (const auto& [option, path] : {std::pair{"--report", &o.report}, std::pair{"--junit", &o.junit}})
+        if (!path->empty() && same_file(o.counterexamples, *path))
+            throw BadInput(std::string("--counterexamples ") + o.counterexamples + " and " + option + " " + *path +
+                           " name the same path");
     std::vector<Skipped> skipped;
     const std::vector<Subject> subjects = load_subjects(o.plugin, o.builtin, true, o.iso(), &skipped);
     const bool several = subjects.size() > 1;

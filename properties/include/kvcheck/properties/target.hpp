@@ -35,6 +35,11 @@ struct Target {
 // (PluginMisbehaved for a write past kvc_caps). Runs plugin code: the CLI calls it only in a child process.
 Target target_from_entry(kvc_entry_fn entry, const std::string& origin);
 
+// Why the file at path cannot be a plugin, found without opening it, or "" when it may be one: it does not exist, is
+// not readable, or is not a regular file (a directory, device, socket, or a FIFO, whose open would block until
+// someone writes to it). Symbolic links are followed.
+std::string plugin_file_problem(const std::string& path);
+
 // dlopen()s path (its constructors run; RTLD_NODELETE: the library stays mapped for the rest of the process, so that
 // threads it keeps never run unmapped code), looks up KVC_ENTRY_SYMBOL, refuses a symbol that is not a function,
 // then target_from_entry. Throws LoadError.
