@@ -17,27 +17,6 @@ namespace {
 using harness::ReplayOptions;
 using harness::ValidateOptions;
 
-// Runs a subcommand, turning bad input into its message and exit status 2, a plugin that misbehaved while loading
-// into 4 and a built-in that cannot run here into 5. Anything else propagates to main() (exit 3) before any report
-// file is written.
-int guarded(const char* name, const std::function<int()>& body) {
-    try {
-        return body();
-    } catch (const BadInput& e) {
-        std::cout.flush();
-        std::cerr << "kvcheck " << name << ": " << e.what() << "\n";
-        return kExitBadInput;
-    } catch (const PluginFailed& e) {
-        std::cout.flush();
-        std::cerr << "kvcheck " << name << ": " << e.what() << "\n";
-        return kExitPluginFailed;
-    } catch (const NotRunnable& e) {
-        std::cout.flush();
-        std::cerr << "kvcheck " << name << ": " << e.what() << " (skipped: nothing was judged)\n";
-        return kExitNotRunnable;
-    }
-}
-
 void add_isolation_options(CLI::App* cmd, std::string& isolation, std::string& memory_limit) {
     cmd->add_option("--isolation", isolation,
                     "how each case's process starts: fork, exec (kvcheck executes itself again; needed by device "

@@ -35,14 +35,10 @@ void add_export(CLI::App& app, int& exit_code) {
                     "JSON file declaring the implementation's capabilities, limits and pipeline (docs/vectors.md): "
                     "cases outside them are listed as not supported instead of exported")->check(path_given());
     cmd->callback([&exit_code] {
-        try {
+        exit_code = guarded("export", [] {
             o.seed = harness::parse_seed(seed_text);
-        } catch (const BadInput& e) {
-            std::cerr << "kvcheck export: " << e.what() << "\n";
-            exit_code = kExitBadInput;
-            return;
-        }
-        exit_code = vec::run_export(o, std::cout, std::cerr);
+            return vec::run_export(o, std::cout, std::cerr);
+        });
     });
 }
 

@@ -6,6 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
+#include <iostream>
+
 namespace kvc::cli {
 
 // The exit codes (docs/cli.md) are the harness's: every front end returns the same ones.
@@ -16,6 +19,27 @@ using namespace kvc::harness;
 inline CLI::Validator path_given() {
     return CLI::Validator([](std::string& s) { return s.empty() ? std::string("an empty path") : std::string(); },
                           "", "PATH");
+}
+
+// Runs a subcommand, turning bad input into its message and exit status 2, a plugin that misbehaved while loading
+// into 4 and a built-in that cannot run here into 5. Anything else propagates to main() (exit 3) before any report
+// file is written.
+inline int guarded(const char* name, const std::function<int()>& body) {
+    try {
+        return body();
+    } catch (const BadInput& e) {
+        std::cout.flush();
+        std::cerr << "kvcheck " << name << ": " << e.what() << "\n";
+        return kExitBadInput;
+    } catch (const PluginFailed& e) {
+        std::cout.flush();
+        std::cerr << "kvcheck " << name << ": " << e.what() << "\n";
+        return kExitPluginFailed;
+    } catch (const NotRunnable& e) {
+        std::cout.flush();
+        std::cerr << "kvcheck " << name << ": " << e.what() << " (skipped: nothing was judged)\n";
+        return kExitNotRunnable;
+    }
 }
 
 void add_golden_commands(CLI::App& app, int& exit_code);   // golden verify | golden regen
