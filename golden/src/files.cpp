@@ -232,7 +232,9 @@ std::vector<std::string> remove_leftover_temporaries(const std::filesystem::path
 std::vector<std::filesystem::path> golden_files(const std::filesystem::path& dir) {
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec))
-        throw std::runtime_error("golden directory not found: " + dir.string());
+        throw std::runtime_error(std::filesystem::exists(dir, ec)
+                                     ? "the golden directory " + dir.string() + " is not a directory"
+                                     : "golden directory not found: " + dir.string());
     // Everything named *.json but directories: a symlink, FIFO or device named like a golden file is reported by
     // verify and refused by regen, not skipped in silence.
     std::vector<std::filesystem::path> files;

@@ -3,6 +3,7 @@
 #include "kvcheck/abi.hpp"
 #include "kvcheck/properties/tolerance.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -227,11 +228,24 @@ nlohmann::json to_json(const Mismatch& m) {
             {"text", mismatch_text(m)}};
 }
 
+// Read as strictly as to_json() writes: every field present, `what` a name of printable ASCII (it is shown on the
+// terminal; the check names are ours), `text` a string. A replay file is hand-editable, and the same reader takes a
+// case process's result, so a loose field here would be a wrong first mismatch printed as if recorded.
 Mismatch mismatch_from_json(const nlohmann::json& m) {
     try {
-        Mismatch mm;
-        mm.what = m.value("what", "");
         if (!m.is_object()) throw std::invalid_argument("not an object");
+        for (const char* key : {"what", "op", "seq", "layer", "pos", "head", "dim", "expected", "actual"})
+            if (!m.contains(key)) throw std::invalid_argument(std::string("missing field \"") + key + "\"");
+        Mismatch mm;
+        if (!m["what"].is_string()) throw std::invalid_argument("\"what\": expected a string, not " + m["what"].dump());
+        mm.what = m["what"].get<std::string>();
+        const bool named = !mm.what.empty() && mm.what.size() <= 200 &&
+                           std::all_of(mm.what.begin(), mm.what.end(), [](char ch) { return ch >= 0x20 && ch < 0x7f; });
+        if (!named)
+            throw std::invalid_argument("\"what\": expected 1 to 200 printable ASCII characters, not " +
+                                        m["what"].dump());
+        if (m.contains("text") && !m["text"].is_string())
+            throw std::invalid_argument("\"text\": expected a string, not " + m["text"].dump());
         mm.op = coordinate_or(m, "op");
         mm.seq = coordinate_or(m, "seq");
         mm.layer = coordinate_or(m, "layer");

@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -353,7 +354,10 @@ TEST_F(HostileFiles, ReplayFieldsThatWouldWrapOrOverflowAreBadInput) {
                            {"rope", "neox"}, {"block_size_hint", 4}, {"max_seqs", 1}, {"max_tokens", 8},
                            {"rope_theta", 10000.0}, {"scale", 0.5}}},
                          {"ops", json::array({{{"op", "append"}, {"appends", json::array({{{"seq", 0}, {"n_new", 2}}})}}})},
-                         {"data_seed", 3}}}};
+                         {"data_seed", 3}}},
+                       {"expected_mismatch",
+                        {{"what", "output"}, {"op", 0}, {"seq", 0}, {"layer", 0}, {"pos", 1}, {"head", 0}, {"dim", 2},
+                         {"expected", 1.5}, {"actual", 2.0}}}};
     spit(dir_ / "ok.json", base.dump());
     const Outcome ok = kvcheck("replay ok.json --builtin example --timeout 600");
     ASSERT_EQ(ok.rc, 0) << "the unmodified replay file must pass: " << ok.all();
@@ -568,6 +572,137 @@ TEST_F(HostileFiles, ReplayRefusesALooseSeedAVerdictNameOrAnEmptyScript) {
     EXPECT_EQ(o.rc, 0) << o.all();
     EXPECT_EQ(o.out.find('\0'), std::string::npos) << "a NUL reached the terminal";
     EXPECT_EQ(o.out.find('\x1b'), std::string::npos) << "an escape sequence reached the terminal";
+}
+
+// ---- text from a file never reaches the terminal as a control sequence (2026-12-05, a probe that put "\x1b[31m"
+// into every string and key of every file kvcheck reads) ----
+
+// No byte of a file's text reaches the terminal raw: ESC (0x1b) starts the sequences that recolour, clear or retitle.
+void expect_no_escape(const Outcome& o, const std::string& what) {
+    EXPECT_EQ(o.all().find('\x1b'), std::string::npos) << what << ": an escape sequence reached the terminal";
+}
+
+// The replay file's recorded reason was printed as written (its id already was not), and its first mismatch's
+// `what` too; the mismatch is now read as strictly as it is written.
+TEST_F(HostileFiles, ReplayPrintsItsRecordedTextsEscapedAndReadsTheMismatchStrictly) {
+    json doc = {{"kvcheck_replay", 1},
+                {"id", "EQUIV/0"},
+                {"property", "EQUIV"},
+                {"seed", 1},
+                {"expected_failure", "the reason \x1b[31mred\x1b[0m"},
+                {"case",
+                 {{"config",
+                   {{"n_layers", 1}, {"n_q_heads", 1}, {"n_kv_heads", 1}, {"head_dim", 4}, {"dtype", "f32"},
+                    {"rope", "none"}, {"block_size_hint", 4}, {"max_seqs", 1}, {"max_tokens", 8},
+                    {"rope_theta", 10000.0}, {"scale", 0.5}}},
+                  {"ops", json::array({{{"op", "append"}, {"appends", json::array({{{"seq", 0}, {"n_new", 2}}})}}})},
+                  {"data_seed", 3}}},
+                {"expected_mismatch",
+                 {{"what", "output"}, {"op", 0}, {"seq", 0}, {"layer", 0}, {"pos", 1}, {"head", 0}, {"dim", 2},
+                  {"expected", 1.5}, {"actual", 2.0}, {"text", "output at op 0"}}}};
+    spit(dir_ / "reason.json", doc.dump());
+    const Outcome shown = kvcheck("replay reason.json --builtin example");
+    EXPECT_EQ(shown.rc, 0) << shown.all();
+    expect_no_escape(shown, "expected_failure");
+    EXPECT_NE(shown.out.find("the reason \\x1b[31mred"), std::string::npos) << shown.all();
+    EXPECT_NE(shown.out.find("recorded first mismatch: output at op 0, seq 0, layer 0, position 1, head 0, dim 2"),
+              std::string::npos)
+        << shown.all();
+    struct Edit {
+        const char* name;
+        std::function<void(json&)> apply;
+        const char* says;
+    };
+    const Edit edits[] = {
+        {"an escape in what", [](json& m) { m["what"] = "out\x1b]0;title\x07"; }, "\"what\""},
+        {"what not a string", [](json& m) { m["what"] = 7; }, "\"what\""},
+        {"what empty", [](json& m) { m["what"] = ""; }, "\"what\""},
+        {"what missing", [](json& m) { m.erase("what"); }, "\"what\""},
+        {"a coordinate missing", [](json& m) { m.erase("pos"); }, "\"pos\""},
+        {"expected missing", [](json& m) { m.erase("expected"); }, "\"expected\""},
+        {"text not a string", [](json& m) { m["text"] = 1; }, "\"text\""},
+    };
+    for (const Edit& e : edits) {
+        json bad = doc;
+        e.apply(bad["expected_mismatch"]);
+        spit(dir_ / "bad.json", bad.dump());
+        const Outcome o = kvcheck("replay bad.json --builtin example");
+        EXPECT_EQ(o.rc, 2) << e.name << ": " << o.all();
+        EXPECT_NE(o.err.find(e.says), std::string::npos) << e.name << ": " << o.all();
+        expect_no_escape(o, e.name);
+    }
+}
+
+// grade's manifests: ids, file stems, names and words are identifiers, and export writes no control character in
+// them; one there is refused naming the field. Text quoted in any message (an unknown preset, an unknown op) is
+// escaped. Before, the implementation's name and version went raw into the table's heading, an id into its rows.
+TEST_F(HostileFiles, GradeRefusesControlCharactersInManifestFieldsAndEscapesWhatItQuotes) {
+    vectors_and_results();
+    const json results = json::parse(kResults);
+    struct Edit {
+        const char* name;
+        bool results_side;
+        std::function<void(json&)> apply;
+        std::string says;
+    };
+    const auto control = [](const char* field) {
+        return std::string("field \"") + field + "\" holds a control character (byte 27)";
+    };
+    const Edit edits[] = {
+        {"implementation", true, [](json& r) { r["implementation"] = "impl\x1b[31m"; }, control("implementation")},
+        {"version", true, [](json& r) { r["version"] = "1.0\x1b]0;x\x07"; }, control("version")},
+        {"pipeline", true, [](json& r) { r["pipeline"] = "f32\x1b[31m"; }, "unknown preset \"f32\\x1b[31m\""},
+        {"case id", false, [](json& m) { m["cases"][0]["id"] = "EQUIV/0\x1b[2J"; }, control("id")},
+        {"case file", false, [](json& m) { m["cases"][0]["file"] = "EQUIV_0\x1b[2J"; }, control("file")},
+        {"an op", false, [](json& m) { m["cases"][0]["case"]["ops"][0]["op"] = "append\x1b[2J"; }, "unknown op"},
+    };
+    const json vectors = manifest();
+    for (const Edit& e : edits) {
+        json r = results, v = vectors;
+        e.apply(e.results_side ? r : v);
+        spit(dir_ / "r" / "manifest.json", r.dump());
+        set_manifest(v);
+        const Outcome o = kvcheck("grade --vectors v --results r");
+        EXPECT_EQ(o.rc, 2) << e.name << ": " << o.all();
+        EXPECT_NE(o.err.find(e.says), std::string::npos) << e.name << ": " << o.all();
+        expect_no_escape(o, e.name);
+    }
+}
+
+// golden verify reports a malformed file by quoting its JSON pointer and unknown field; both were printed raw.
+TEST_F(HostileFiles, GoldenVerifyEscapesTheFieldsItQuotes) {
+    fs::create_directories(dir_ / "g");
+    fs::path first;
+    for (const auto& entry : fs::directory_iterator(KVC_GOLDEN_DIR))
+        if (entry.path().extension() == ".json") {
+            fs::copy_file(entry.path(), dir_ / "g" / entry.path().filename());
+            if (first.empty() || entry.path().filename() < first) first = entry.path().filename();
+        }
+    ASSERT_FALSE(first.empty()) << "no golden file in " << KVC_GOLDEN_DIR;
+    json doc = json::parse(read_file(dir_ / "g" / first));
+    doc["title\x1b[31m"] = doc["title"];
+    doc.erase("title");
+    spit(dir_ / "g" / first, doc.dump(1));
+    const Outcome o = kvcheck("golden verify --dir g");
+    EXPECT_EQ(o.rc, 2) << o.all();
+    EXPECT_NE(o.all().find("unknown field \"title\\x1b[31m\""), std::string::npos) << o.all();
+    expect_no_escape(o, "golden verify");
+}
+
+// Two messages that named the wrong thing: `kvcheck bogus` said "A subcommand is required" (CLI11's), and `golden
+// regen --dir FILE` said "cannot stat .regen-journal: Not a directory".
+TEST_F(HostileFiles, AnUnknownSubcommandAndAPlainFileAsTheGoldenDirectoryAreNamed) {
+    const Outcome word = kvcheck("bogus");
+    EXPECT_EQ(word.rc, 2) << word.all();
+    EXPECT_NE(word.err.find("unknown subcommand \"bogus\""), std::string::npos) << word.all();
+    EXPECT_NE(word.err.find("validate"), std::string::npos) << "the subcommands are listed: " << word.all();
+    spit(dir_ / "plain", "a file");
+    for (const char* sub : {"verify", "regen"}) {
+        const Outcome o = kvcheck(std::string("golden ") + sub + " --dir plain");
+        EXPECT_EQ(o.rc, 2) << sub << ": " << o.all();
+        EXPECT_NE(o.all().find("the golden directory plain is not a directory"), std::string::npos) << sub << ": "
+                                                                                                      << o.all();
+    }
 }
 
 } // namespace

@@ -16,7 +16,7 @@ void add_verify(CLI::App& golden, std::string& dir, int& exit_code) {
     verify->add_option("--dir", dir, "golden directory")->check(path_given())->capture_default_str();
     verify->callback([&dir, &exit_code] {
         const golden::Report report = golden::verify_dir(dir);
-        std::cout << golden::format_report(report);
+        std::cout << printable(golden::format_report(report), true); // it quotes the files: no escape sequences
         exit_code = report.exit_code();
     });
 }
@@ -38,12 +38,12 @@ void add_regen(CLI::App& golden, std::string& dir, int& exit_code) {
                           << " staged file(s) renamed into place\n";
             results = golden::regen_dir(dir, internal);
         } catch (const std::exception& e) { // missing directory, no golden files, an untrustworthy journal
-            std::cout << "golden: " << e.what() << "\n";
+            std::cout << "golden: " << printable(e.what(), true) << "\n";
             exit_code = kExitBadInput;
             return;
         }
         if (!internal.empty()) {
-            std::cout << "golden: internal error: " << internal << "\n";
+            std::cout << "golden: internal error: " << printable(internal, true) << "\n";
             exit_code = kExitInternal;
             return;
         }
@@ -53,7 +53,7 @@ void add_regen(CLI::App& golden, std::string& dir, int& exit_code) {
         // The set is written all or nothing: one refused file keeps every other file as it was.
         for (const auto& r : results) {
             std::cout << "golden: " << r.file << ": ";
-            if (!r.error.empty()) std::cout << "NOT REGENERATED: " << r.error << "\n";
+            if (!r.error.empty()) std::cout << "NOT REGENERATED: " << printable(r.error, true) << "\n";
             else if (r.written) std::cout << "rewritten\n";
             else if (!r.changed) std::cout << "unchanged\n";
             else std::cout << "not rewritten (another file of the set was refused)\n";

@@ -156,11 +156,11 @@ void add_list_command(CLI::App& app, int& exit_code) {
                 j["plugin"] = plugin_json(s[0]);
                 text += "\n" + plugin_text(s[0]);
             } catch (const BadInput& e) {
-                std::cerr << "kvcheck list: " << e.what() << "\n";
+                std::cerr << "kvcheck list: " << printable(e.what(), true) << "\n";
                 exit_code = kExitBadInput;
                 return;
             } catch (const PluginFailed& e) {
-                std::cerr << "kvcheck list: " << e.what() << "\n";
+                std::cerr << "kvcheck list: " << printable(e.what(), true) << "\n";
                 exit_code = kExitPluginFailed;
                 return;
             }

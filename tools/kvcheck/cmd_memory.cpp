@@ -218,7 +218,7 @@ void add_memory_command(CLI::App& app, int& exit_code) {
         try {
             exit_code = run(o);
         } catch (const BadInput& e) {
-            std::cerr << "kvcheck memory: " << e.what() << "\n";
+            std::cerr << "kvcheck memory: " << printable(e.what(), true) << "\n";
             exit_code = kExitBadInput;
         }
     });

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kvcheck/harness/errors.hpp"
+#include "kvcheck/harness/input_file.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -23,21 +24,22 @@ inline CLI::Validator path_given() {
 
 // Runs a subcommand, turning bad input into its message and exit status 2, a plugin that misbehaved while loading
 // into 4 and a built-in that cannot run here into 5. Anything else propagates to main() (exit 3) before any report
-// file is written.
+// file is written. A message may quote a file's or a plugin's text, so it is printed with control characters
+// escaped (printable()): a manifest must not be able to recolour or retitle the user's terminal.
 inline int guarded(const char* name, const std::function<int()>& body) {
     try {
         return body();
     } catch (const BadInput& e) {
         std::cout.flush();
-        std::cerr << "kvcheck " << name << ": " << e.what() << "\n";
+        std::cerr << "kvcheck " << name << ": " << printable(e.what(), true) << "\n";
         return kExitBadInput;
     } catch (const PluginFailed& e) {
         std::cout.flush();
-        std::cerr << "kvcheck " << name << ": " << e.what() << "\n";
+        std::cerr << "kvcheck " << name << ": " << printable(e.what(), true) << "\n";
         return kExitPluginFailed;
     } catch (const NotRunnable& e) {
         std::cout.flush();
-        std::cerr << "kvcheck " << name << ": " << e.what() << " (skipped: nothing was judged)\n";
+        std::cerr << "kvcheck " << name << ": " << printable(e.what(), true) << " (skipped: nothing was judged)\n";
         return kExitNotRunnable;
     }
 }

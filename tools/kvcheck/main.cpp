@@ -49,6 +49,20 @@ void decimal_numbers(CLI::App& app) {
     }
 }
 
+// CLI11 answers `kvcheck bogus` with "A subcommand is required": the word the user typed is named instead, with the
+// subcommands there are. Empty when the first argument is an option or a subcommand.
+std::string unknown_subcommand(const CLI::App& app, int argc, char** argv) {
+    if (argc < 2 || argv[1][0] == '-') return "";
+    const std::string word = argv[1];
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+        if (sub->get_name() == word) return "";
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    return "kvcheck: unknown subcommand \"" + kvc::harness::printable(word) + "\" (the subcommands: " + names +
+           "; kvcheck --help describes them)";
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -65,13 +79,17 @@ int main(int argc, char** argv) {
     kvc::cli::add_validate_commands(app, exit_code);
     kvc::cli::add_vectors_commands(app, exit_code);
     decimal_numbers(app);
+    if (const std::string unknown = unknown_subcommand(app, argc, argv); !unknown.empty()) {
+        std::cerr << unknown << "\n";
+        return kvc::cli::kExitBadInput;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         const int rc = app.exit(e); // prints help or the usage error
         return rc == 0 ? kvc::cli::kExitOk : kvc::cli::kExitBadInput;
     } catch (const std::exception& e) {
-        std::cerr << "kvcheck: internal error: " << e.what() << "\n";
+        std::cerr << "kvcheck: internal error: " << kvc::harness::printable(e.what(), true) << "\n";
         return kvc::cli::kExitInternal;
     }
     return exit_code;

@@ -216,10 +216,10 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
         try {
             declared = declared_from_json(harness::read_json_file(o.caps), false);
         } catch (const harness::InputError& e) { // missing, not a regular file, too large, not JSON, a key twice
-            err << "kvcheck export: " << e.what() << " (--caps)\n";
+            err << "kvcheck export: " << harness::printable(e.what(), true) << " (--caps)\n";
             return kExitBadInput;
         } catch (const std::invalid_argument& e) {
-            err << "kvcheck export: " << o.caps << ": " << e.what() << "\n";
+            err << "kvcheck export: " << o.caps << ": " << harness::printable(e.what(), true) << "\n";
             return kExitBadInput;
         }
     }
@@ -315,7 +315,7 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
         maybe_killed_before_manifest();
         st::write_bytes_atomically(manifest_path.string(), manifest.dump(1) + "\n");
     } catch (const std::runtime_error& e) { // a file could not be written
-        err << "kvcheck export: " << e.what() << "\n";
+        err << "kvcheck export: " << harness::printable(e.what(), true) << "\n";
         return kExitBadInput;
     }
     out << "kvcheck export: " << cases.size() << " cases (" << n_files + 1 << " files) written to " << dir.string();

@@ -75,11 +75,24 @@ T field(const json& j, const char* key, const std::string& where) {
                            std::to_string(std::numeric_limits<T>::max()));
         return *v;
     }
+    T value;
     try {
-        return j.at(key).get<T>();
+        value = j.at(key).get<T>();
     } catch (const json::exception&) {
         throw BadInput(where + ": field \"" + key + "\" has the wrong type");
     }
+    // Ids, file stems and names reach the verdict table and messages: a control character (an escape sequence that
+    // recolours or retitles the terminal) is refused here, where the field can still be named. export writes none.
+    const auto refuse_controls = [&](const std::string& text) {
+        for (const char ch : text)
+            if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
+                throw BadInput(where + ": field \"" + key + "\" holds a control character (byte " +
+                               std::to_string(static_cast<int>(ch)) + ")");
+    };
+    if constexpr (std::is_same_v<T, std::string>) refuse_controls(value);
+    if constexpr (std::is_same_v<T, std::vector<std::string>>)
+        for (const std::string& text : value) refuse_controls(text);
+    return value;
 }
 
 st::DType cache_st_dtype(uint32_t dtype) {
@@ -657,7 +670,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         }
         for (const VCase& vc : vectors.cases) all.push_back(grade_case(vc, res, o.results));
     } catch (const BadInput& e) {
-        err << "kvcheck grade: " << e.what() << "\n";
+        err << "kvcheck grade: " << harness::printable(e.what(), true) << "\n";
         return harness::kExitBadInput;
     }
 
@@ -763,7 +776,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
             }
         }
     } catch (const std::runtime_error& e) {
-        err << "kvcheck grade: " << e.what() << "\n";
+        err << "kvcheck grade: " << harness::printable(e.what(), true) << "\n";
         return harness::kExitBadInput;
     }
     return code;

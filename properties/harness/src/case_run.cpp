@@ -1,6 +1,7 @@
 #include "kvcheck/harness/case_run.hpp"
 
 #include "kvcheck/harness/child.hpp"
+#include "kvcheck/harness/input_file.hpp"
 #include "kvcheck/harness/verdicts.hpp"
 #include "kvcheck/model/model_case.hpp"
 

@@ -109,4 +109,21 @@ std::string confined_path(const std::string& root, const std::string& relative) 
     return real;
 }
 
+std::string printable(const std::string& s, bool keep_lines) {
+    std::string out;
+    out.reserve(s.size());
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if ((c < 0x20 || c == 0x7f) && !(keep_lines && (c == '\n' || c == '\t'))) {
+            static const char hex[] = "0123456789abcdef";
+            out += "\\x";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else {
+            out += ch;
+        }
+    }
+    return out;
+}
+
 } // namespace kvc::harness

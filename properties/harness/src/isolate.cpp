@@ -272,21 +272,4 @@ void exec_self(const std::string& request, int result_fd) {
     _exit(kExecFailed);
 }
 
-std::string printable(const std::string& s, bool keep_lines) {
-    std::string out;
-    out.reserve(s.size());
-    for (const char ch : s) {
-        const auto c = static_cast<unsigned char>(ch);
-        if ((c < 0x20 || c == 0x7f) && !(keep_lines && (c == '\n' || c == '\t'))) {
-            static const char hex[] = "0123456789abcdef";
-            out += "\\x";
-            out += hex[c >> 4];
-            out += hex[c & 15];
-        } else {
-            out += ch;
-        }
-    }
-    return out;
-}
-
 } // namespace kvc::harness

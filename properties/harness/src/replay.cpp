@@ -70,7 +70,7 @@ ReplayDocument read_replay(const std::string& path) {
         d.recorded_verdict = j.value("verdict", std::string("FAIL"));
         if (!prop::verdict_from_name(d.recorded_verdict))
             throw BadInput(path + ": \"verdict\" is \"" + printable(d.recorded_verdict) + "\", not a verdict name");
-        d.recorded_reason = j.value("expected_failure", std::string());
+        d.recorded_reason = printable(j.value("expected_failure", std::string()), true); // shown, like the id
         d.case_text = j.value("case_text", std::string());
         if (d.level == Level::Model) {
             const auto& ids = model::model_property_ids();

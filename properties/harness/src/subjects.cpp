@@ -2,6 +2,7 @@
 
 #include "kvcheck/harness/child.hpp"
 #include "kvcheck/harness/errors.hpp"
+#include "kvcheck/harness/input_file.hpp"
 #include "kvcheck/harness/vocabulary.hpp"
 
 #include "kvcheck/builtins.hpp"

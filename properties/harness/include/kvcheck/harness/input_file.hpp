@@ -65,4 +65,9 @@ std::optional<T> integer_of(const nlohmann::json& j) {
     return std::nullopt;
 }
 
+// Text from outside (an implementation's name or error, a file's field, a message quoting either) made safe for a
+// terminal and for reports: control characters (and DEL) become \xNN, so a name cannot clear the screen or retitle
+// the window. Newlines and tabs are kept when keep_lines.
+std::string printable(const std::string& s, bool keep_lines = false);
+
 } // namespace kvc::harness

@@ -58,8 +58,4 @@ bool write_all(int fd, const std::string& s);
 // "SIGSEGV (segmentation fault)", "SIGABRT (aborted)", or "signal 42" for one without a name.
 std::string signal_description(int sig);
 
-// Text from an implementation made safe for a terminal and for reports: control characters (and DEL) become \xNN,
-// so a name cannot clear the screen or retitle the window. Newlines and tabs are kept when keep_lines.
-std::string printable(const std::string& s, bool keep_lines = false);
-
 } // namespace kvc::harness
