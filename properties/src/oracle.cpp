@@ -38,6 +38,23 @@ double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, 
     return 16.0 * 0x1p-24 * m * (2.0 + pos) + 2.0 * eps * m + tiny;
 }
 
+bool stored_key_acceptable(const CaseConfig& cfg, uint32_t rope_stage, const float* k_in, uint32_t pos,
+                           uint32_t element, float rotated, float got) {
+    if (!std::isfinite(got)) return false;
+    const bool f32_rotation =
+        rope_stage == KVC_ROUND_F32 || (rope_stage == KVC_ROUND_CACHE && cfg.dtype == KVC_DTYPE_F32);
+    if (!f32_rotation)
+        return std::fabs(static_cast<double>(got) - ref::round_to_dtype(rotated, cfg.dtype)) <=
+               stored_key_bound(cfg, k_in, pos, element);
+    const uint32_t d = cfg.head_dim, e = element % d, base = element - e;
+    const double m = std::fabs(k_in[base + e]) + std::fabs(k_in[base + rope_partner(cfg.rope, d, e)]);
+    // E as in stored_key_bound, plus the oracle's own rounding to float and the casts below (2^-24 each)
+    const double err = 16.0 * 0x1p-24 * m * (2.0 + pos) + 3.0 * 0x1p-24 * std::fabs(rotated) + 0x1p-149;
+    const float lo = ref::round_to_dtype(static_cast<float>(rotated - err), cfg.dtype);
+    const float hi = ref::round_to_dtype(static_cast<float>(rotated + err), cfg.dtype);
+    return lo <= got && got <= hi;
+}
+
 void expected_rotated_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out) {
     const uint32_t d = cfg.head_dim;
     std::vector<long double> row(d);
@@ -46,12 +63,6 @@ void expected_rotated_key(const CaseConfig& cfg, const float* k_in, uint32_t pos
         ref::apply_rope(row.data(), static_cast<int>(d), pos, as_rope(cfg.rope), cfg.rope_theta);
         for (uint32_t x = 0; x < d; ++x) out[h * d + x] = static_cast<float>(row[x]);
     }
-}
-
-void expected_stored_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out) {
-    expected_rotated_key(cfg, k_in, pos, out);
-    const size_t n = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
-    for (size_t x = 0; x < n; ++x) out[x] = ref::round_to_dtype(out[x], cfg.dtype);
 }
 
 Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, const std::vector<float>& k,

@@ -26,6 +26,7 @@
 #define PIPE_NEW_ROWS_PLAIN 4  // f32 arithmetic over the call's new rows *unrounded*, declares plain f32: fails
 #define PIPE_NEW_ROWS_DECL 5   // the same, declaring KVC_PIPELINE_NEW_ROWS_UNROUNDED: passes with a note
 #define PIPE_OVERCLAIM 6       // every stage in the cache dtype, declares f32: fails
+#define PIPE_KEYS_TRUNCATED 7  // f32, but rotated keys stored rounded toward zero in 16 bits: CACHE-CONTENT fails
 
 namespace {
 
@@ -83,6 +84,16 @@ void rotate(const kvc_config& cfg, float* x, uint32_t pos) { // float RoPE, f32 
         x[i0] = x0 * c - x1 * s;
         x[i1] = x0 * s + x1 * c;
     }
+}
+
+// x in the cache dtype rounded toward zero, as a conversion that drops the low bits does: within one unit of the
+// dtype of the nearest value, so only the shape of the rounding (not a bound of units) can tell it apart.
+float truncate_to_dtype(float x, uint32_t dtype) {
+    const float r = kvc::ref::round_to_dtype(x, dtype);
+    if (dtype == KVC_DTYPE_F32 || std::fabs(r) <= std::fabs(x)) return r;
+    uint16_t b = dtype == KVC_DTYPE_F16 ? kvc::ref::f16_bits(r) : kvc::ref::bf16_bits(r);
+    b = static_cast<uint16_t>((b & 0x8000u) | ((b & 0x7fffu) - 1u)); // one unit toward zero
+    return dtype == KVC_DTYPE_F16 ? kvc::ref::f16_value(b) : kvc::ref::bf16_value(b);
 }
 
 void get_caps(kvc_caps* out) {
@@ -143,7 +154,9 @@ kvc_status append_attend(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_
         std::vector<float> kr(k + i * r, k + (i + 1) * r);
         for (uint32_t h = 0; h < Hkv; ++h) rotate(c->cfg, kr.data() + h * d, before + i);
         for (size_t x = 0; x < r; ++x) {
-            const float ks = kvc::ref::round_to_dtype(kr[x], c->cfg.cache_dtype);
+            const bool truncates = KVC_PIPE_DOUBLE == PIPE_KEYS_TRUNCATED && c->cfg.rope != KVC_ROPE_NONE;
+            const float ks = truncates ? truncate_to_dtype(kr[x], c->cfg.cache_dtype)
+                                       : kvc::ref::round_to_dtype(kr[x], c->cfg.cache_dtype);
             const float vs = kvc::ref::round_to_dtype(v[i * r + x], c->cfg.cache_dtype);
             s.k.push_back(ks);
             s.v.push_back(vs);

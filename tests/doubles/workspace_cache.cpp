@@ -25,10 +25,13 @@
 #define FIXED_SCALE 4    // uses 1/sqrt(head_dim) whatever config.scale says: EQUIV
 #define HD_MULTIPLE 5    // refuses head_dim not a multiple of 8 (16 with RoPE), and declares so: no case ERRORs
 #define STALE_READER 6   // release keeps the rows; the softmax max also runs over stale tail slots: RELEASE
+#define WS_LAZY 7        // correct; a 4 MiB workspace declared from create, allocated on the first append: passes
+#define WS_LAZY_OVER 8   // the same, but the first append allocates 256 KiB more than it declared: NO-Q
 
 namespace {
 
 constexpr bool kAbi10 = KVC_WS_DOUBLE == WS_UNDECLARED;
+constexpr bool kLazy = KVC_WS_DOUBLE == WS_LAZY || KVC_WS_DOUBLE == WS_LAZY_OVER;
 
 struct Stream {
     std::vector<uint8_t> k, v; // [rows][Hkv*d] in the cache dtype; STALE_READER keeps rows past len after release
@@ -77,6 +80,8 @@ uint64_t workspace_for() {
     case WS_64MIB: return 64ull << 20;
     case WS_256MIB: return 256ull << 20;
     case WS_UNDECLARED: return 215000; // block tables and score buffers
+    case WS_LAZY:
+    case WS_LAZY_OVER: return 4ull << 20;
     default: return 0;
     }
 }
@@ -95,7 +100,7 @@ kvc_status create(const kvc_config* cfg, kvc_cache** out) {
     c->cfg = *cfg;
     c->streams.assign(cfg->max_seqs, std::vector<Stream>(cfg->n_layers));
     c->workspace_bytes = workspace_for();
-    if (c->workspace_bytes) {
+    if (c->workspace_bytes && !kLazy) {
         c->workspace = std::malloc(c->workspace_bytes);
         if (!c->workspace) {
             delete c;
@@ -141,6 +146,12 @@ kvc_status append_attend(kvc_cache* h, uint32_t seq, uint32_t layer, uint32_t n_
         kvc::ref::store_dtype(v[i], dt, s.v.data() + (before * R + i) * E);
     }
     s.len += n_new;
+    if (kLazy && !c->workspace) { // the declared workspace, made when first needed (and more than declared: the bug)
+        const uint64_t bytes = c->workspace_bytes + (KVC_WS_DOUBLE == WS_LAZY_OVER ? 256u << 10 : 0u);
+        c->workspace = std::malloc(bytes);
+        if (!c->workspace) return fail(c, KVC_ERR_OUT_OF_MEMORY, "workspace allocation failed");
+        std::memset(c->workspace, 0, bytes); // in use, not just mapped
+    }
     if (KVC_WS_DOUBLE == WS_GROWS) { // the bug: a Q store declared as workspace, growing with the tokens
         c->kept_q.insert(c->kept_q.end(), q, q + static_cast<size_t>(n_new) * Hq * d);
         c->workspace_bytes = c->kept_q.capacity() * sizeof(float);

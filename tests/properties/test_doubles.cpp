@@ -68,6 +68,21 @@ TEST(Doubles, ConstantWorkspacesPassNoQ) {
     EXPECT_GT(passed, 0);
 }
 
+// A declared workspace made on the first append, not in create (an independent review, 2026-12-05, found a correct
+// plugin with a 256 KiB lazy scratch failing NO-Q as "hidden storage"): passes. The credit is what it declared, not
+// more: 256 KiB beyond the declaration is still hidden storage.
+TEST(Doubles, AWorkspaceAllocatedWhenFirstNeededPassesNoQUpToItsDeclaration) {
+    int passed = 0;
+    const auto lazy = kvc::testing::first_failure(kvc::testing::load_implementation("double-ws_lazy"), "NO-Q", 20,
+                                                  &passed);
+    EXPECT_FALSE(lazy.has_value()) << (lazy ? lazy->reason : "");
+    EXPECT_GT(passed, 0);
+    const auto over = kvc::testing::first_failure(kvc::testing::load_implementation("double-ws_lazy_over"), "NO-Q", 20);
+    ASSERT_TRUE(over.has_value());
+    EXPECT_EQ(over->failed_property, "NO-Q");
+    EXPECT_NE(over->reason.find("hidden storage"), std::string::npos) << over->reason;
+}
+
 // A Q store reported as a workspace that grows with the tokens is still hidden storage.
 TEST(Doubles, AGrowingWorkspaceIsCaughtByNoQ) {
     const auto t = kvc::testing::load_implementation("double-ws_grows");

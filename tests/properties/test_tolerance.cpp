@@ -136,6 +136,29 @@ TEST(Tolerance, HonestPipelinesInAnyOrderPassEquivWithoutWarnings) {
     }
 }
 
+// Keys rotated in float (f32 angles, powf, cosf and sinf) and rounded to nearest even: every honest double stores
+// rows CACHE-CONTENT accepts, the 16-bit RoPE stage of pipe_sdpa16 included.
+TEST(Tolerance, KeysRotatedInFloatAndRoundedToNearestPassCacheContent) {
+    for (const char* name : {"pipe_online_q_accum", "pipe_eager_all16", "pipe_split_f32", "pipe_sdpa16"}) {
+        int passed = 0;
+        const auto r = kvc::testing::first_failure(kvc::testing::load_implementation(std::string("double-") + name),
+                                                   "CACHE-CONTENT", 100, &passed);
+        EXPECT_FALSE(r.has_value()) << name << ": " << (r ? r->reason : "");
+        EXPECT_GT(passed, 50) << name;
+    }
+}
+
+// The same rotation stored rounded toward zero in 16 bits: within one unit of the right value (a bound of two units
+// let it pass until 2026-12-05), but not the rounding of any rotation within an f32 rotation's error.
+TEST(Tolerance, RotatedKeysRoundedTowardZeroFailCacheContent) {
+    const auto t = kvc::testing::load_implementation("double-pipe_keys_truncated");
+    const auto r = kvc::testing::first_failure(t, "CACHE-CONTENT", 100);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_NE(r->reason.find("not the rounding of an f32 rotation"), std::string::npos) << r->reason;
+    ASSERT_TRUE(r->mismatch.has_value());
+    EXPECT_EQ(r->mismatch->what, "k");
+}
+
 TEST(Tolerance, NewRowsAttendedBeforeRoundingFailAndAreNamedUnlessDeclared) {
     const auto t = kvc::testing::load_implementation("double-pipe_new_rows_plain");
     const auto r = kvc::testing::first_failure(t, "EQUIV", 100);

@@ -446,10 +446,10 @@ private:
                 const uint8_t* want_v = want.v_bits.data() + e * es_;
                 const float gk = ref::load_dtype(got_k, cfg_.dtype), gv = ref::load_dtype(got_v, cfg_.dtype);
                 const bool k_ok = std::memcmp(want_k, got_k, es_) == 0 ||
-                                  (cfg_.rope != KVC_ROPE_NONE && std::isfinite(gk) &&
-                                   std::fabs(static_cast<double>(gk) - want.k[e]) <=
-                                       prop::stored_key_bound(cfg_, k + i * row_, before + i,
-                                                              static_cast<uint32_t>(x)));
+                                  (cfg_.rope != KVC_ROPE_NONE &&
+                                   prop::stored_key_acceptable(cfg_, res_.declared.pipeline.rope, k + i * row_,
+                                                               before + i, static_cast<uint32_t>(x), want.rotated[e],
+                                                               gk));
                 const bool v_ok = std::memcmp(want_v, got_v, es_) == 0;
                 strm.k_eff.push_back(k_ok ? gk : want.k[e]);
                 strm.v_eff.push_back(want.v[e]);
@@ -459,7 +459,10 @@ private:
                     m.actual = !k_ok ? gk : gv;
                     fail(std::string("dumped ") + m.what + " differs from the appended value rounded to " +
                              dtype_name(cfg_.dtype) +
-                             (cfg_.rope != KVC_ROPE_NONE && !k_ok ? " and rotated (more than one ulp)" : " (bitwise)"),
+                             (cfg_.rope != KVC_ROPE_NONE && !k_ok
+                                  ? " and rotated (not the rounding of an f32 rotation, nor within the bound of the "
+                                    "declared RoPE stage)"
+                                  : " (bitwise)"),
                          m);
                 }
             }

@@ -188,8 +188,10 @@ StoredRows expected_new_rows(const prop::CaseConfig& cfg, const Slice& sl, const
     r.v.resize(sl.n_new * row);
     r.k_bits.resize(sl.n_new * row * es);
     r.v_bits.resize(sl.n_new * row * es);
+    r.rotated.resize(sl.n_new * row);
     for (uint32_t i = 0; i < sl.n_new; ++i)
-        prop::expected_stored_key(cfg, k + i * row, sl.pos_begin + i, r.k.data() + i * row);
+        prop::expected_rotated_key(cfg, k + i * row, sl.pos_begin + i, r.rotated.data() + i * row);
+    for (size_t x = 0; x < r.k.size(); ++x) r.k[x] = ref::round_to_dtype(r.rotated[x], cfg.dtype);
     for (size_t x = 0; x < r.k.size(); ++x) {
         ref::store_dtype(r.k[x], cfg.dtype, r.k_bits.data() + x * es);
         ref::store_dtype(v[x], cfg.dtype, r.v_bits.data() + x * es);

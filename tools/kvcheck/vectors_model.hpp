@@ -80,6 +80,7 @@ StepInputs step_inputs(const prop::Case& c, const Step& s);
 struct StoredRows {
     std::vector<uint8_t> k_bits, v_bits;
     std::vector<float> k, v;
+    std::vector<float> rotated; // the keys before the rounding to the cache dtype (long double rotation, to float)
 };
 StoredRows expected_new_rows(const prop::CaseConfig& cfg, const Slice& sl, const float* k, const float* v);
 

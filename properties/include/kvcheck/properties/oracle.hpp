@@ -41,11 +41,9 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
                         const std::vector<float>& v, uint32_t T, HeadMap map = HeadMap::Repeat,
                         uint32_t oracle_rotated_keys = 0);
 
-// The row a key of the case should be stored as: rotated (long double) at `pos` when the case uses RoPE, then
-// rounded to the cache dtype. k_in: [Hkv*d]; out: [Hkv*d] widened to float.
-void expected_stored_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out);
-// The same rotation without the rounding to the cache dtype (what a pipeline that attends new rows before
-// rounding them uses).
+// A key row of the case rotated (long double) at `pos` when the case uses RoPE, rounded to float: rounded once
+// more to the cache dtype it is what the row should be stored as, and unrounded what a pipeline that attends new
+// rows before rounding them uses. k_in: [Hkv*d]; out: [Hkv*d].
 void expected_rotated_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out);
 
 // How far an implementation's own rotation of key element `element` (index into k_in: [Hkv*d]) at `pos` may lie
@@ -53,6 +51,16 @@ void expected_rotated_key(const CaseConfig& cfg, const float* k_in, uint32_t pos
 // ordinary f32 rotation loses (angle pos * theta^(-2j/d), cos and sin in float), which grows with the position and
 // with the magnitude of the rotated pair, not of the result.
 double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, uint32_t element);
+
+// Whether `got`, a rotated key element as the implementation stored it (widened to float), is one a correct cache
+// may store. `rotated` is the long double rotation rounded to float (expected_rotated_key); rope_stage is the
+// declared pipeline's RoPE stage (KVC_ROUND_*). A rotation in f32 (the default) may differ from the exact one by an
+// f32 rotation's error E, and is then rounded to nearest even: rounding being monotone, `got` must lie between the
+// roundings of rotated - E and rotated + E. A cache that truncates, or rounds twice, leaves that interval even at
+// position 0, where the rotation is exact (a within-two-units bound let bf16 truncation pass, 2026-12-05). A
+// rotation declared in 16 bits (cos, sin or the products rounded) gets stored_key_bound, two units of the dtype.
+bool stored_key_acceptable(const CaseConfig& cfg, uint32_t rope_stage, const float* k_in, uint32_t pos,
+                           uint32_t element, float rotated, float got);
 
 // Absolute error bound of an f32 angle pos * theta^(-2j/d) (radians): what a plain float RoPE loses at `pos`.
 double rope_angle_error(uint32_t pos, uint32_t j, uint32_t head_dim, float theta);

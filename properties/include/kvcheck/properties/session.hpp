@@ -39,7 +39,7 @@ private:
 struct Checks {
     std::string property;          // the ID a violation is reported under
     bool equiv = false;            // outputs vs the oracle, under the tolerance policy
-    bool content = false;          // new rows read back as appended (bitwise; within one ulp when RoPE rotates)
+    bool content = false;          // new rows read back as appended (bitwise; RoPE: the rounding of an f32 rotation)
     bool lengths = false;          // seq_length agrees with the model for every sequence and layer
     bool all_unchanged = false;    // every row read before an op is bitwise unchanged after it (APPEND-ONLY)
     bool others_unchanged = false; // rows of sequences an op did not append to are unchanged (FORK, RELEASE)
