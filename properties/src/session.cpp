@@ -13,9 +13,15 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 namespace kvc::prop {
+
+std::string storage_error_clause(uint32_t cache_dtype, const Mismatch& first) {
+    return std::string("; the rows read back differ from the appended values rounded to ") + dtype_name(cache_dtype) +
+           " (first: " + first.describe() + "): a storage error, not arithmetic (CACHE-CONTENT checks it)";
+}
 
 std::string Mismatch::describe() const {
     std::ostringstream s;
@@ -455,7 +461,7 @@ private:
                 const bool v_ok = std::memcmp(want_v, got_v, es_) == 0;
                 s.k_eff.push_back(k_ok ? gk : kx[x]);
                 s.v_eff.push_back(ref::load_dtype(want_v, cfg_.dtype));
-                if (ch_.content && (!k_ok || !v_ok)) {
+                if (!k_ok || !v_ok) {
                     Mismatch m;
                     m.seq = static_cast<int>(p.seq);
                     m.layer = static_cast<int>(layer);
@@ -465,6 +471,10 @@ private:
                     m.what = !k_ok ? "k" : "v";
                     m.expected = !k_ok ? kx[x] : ref::load_dtype(want_v, cfg_.dtype);
                     m.actual = !k_ok ? gk : gv;
+                    if (!ch_.content) { // EQUIV's diagnosis names the first
+                        if (!storage_mismatch_) storage_mismatch_ = m;
+                        continue;
+                    }
                     fail(std::string("read-back ") + m.what + " differs from the appended value rounded to " +
                              dtype_name(cfg_.dtype) +
                              (cfg_.rope != KVC_ROPE_NONE && !k_ok
@@ -555,13 +565,14 @@ private:
         const bool declared_unrounded = pipe.new_rows_unrounded && narrow_cache;
         const Expected e =
             declared_unrounded ? unrounded() : expect_outputs(cfg_, p.q.data(), p.n_new, s.k_eff, s.v_eff, s.len);
-        Grade g = grade_outputs(cfg_, pipe, out.data(), e);
+        const bool stored_right = !storage_mismatch_; // else the storage, not a pipeline, is named
+        Grade g = grade_outputs(cfg_, pipe, out.data(), e, nullptr, stored_right);
         result_.headroom = std::max(result_.headroom, g.headroom);
         result_.fails_f32_class = result_.fails_f32_class || g.fails_f32_class;
         if (g.pass) return;
         if (narrow_cache && !declared_unrounded && !g.nan) { // is it the new rows attended before rounding?
             const Expected alt = unrounded();
-            g = grade_outputs(cfg_, pipe, out.data(), e, &alt);
+            g = grade_outputs(cfg_, pipe, out.data(), e, &alt, stored_right);
         }
         Mismatch m;
         m.what = "output";
@@ -573,6 +584,7 @@ private:
         m.expected = g.worst.expected;
         m.actual = g.worst.actual;
         std::string reason = g.message;
+        if (storage_mismatch_) reason += storage_error_clause(cfg_.dtype, *storage_mismatch_);
         if (ch_.diagnose_heads && cfg_.n_kv_heads < cfg_.n_q_heads && cfg_.n_kv_heads > 1) {
             const Expected tile = expect_outputs(cfg_, p.q.data(), p.n_new, s.k_eff, s.v_eff, s.len, HeadMap::Tile);
             if (grade_outputs(cfg_, pipe, out.data(), tile).pass)
@@ -731,6 +743,7 @@ private:
     bool watching_ = false;          // the create() window has been judged
     uint64_t workspace_ = 0;         // reported right after create; constant from then on
     int64_t create_unreported_ = 0;  // what create() allocated beyond its report (an undeclared constant scratch)
+    std::optional<Mismatch> storage_mismatch_; // the first element read back unlike the appended one (EQUIV only)
     int64_t workspace_credit_ = 0;   // the declared workspace create() did not allocate (allocated when first needed)
     int64_t base_grown_ = 0, base_reported_ = 0; // right after create
     int64_t lowest_unexplained_ = 0; // the lowest value of (growth - reported growth) since create

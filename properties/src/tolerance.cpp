@@ -236,6 +236,9 @@ std::vector<std::pair<Pipeline, std::string>> candidates(uint32_t cache_dtype) {
     Pipeline q_only;
     q_only.q = KVC_ROUND_CACHE;
     c.push_back({q_only, "q rounded to " + dt});
+    Pipeline probs_only; // what FlashAttention's 16-bit kernels do before the P.V product
+    probs_only.probs = KVC_ROUND_CACHE;
+    c.push_back({probs_only, "the probabilities rounded to " + dt + " before they weight V"});
     c.push_back({pipeline_preset(KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE),
                  "q rounded to " + dt + " and V accumulated in " + dt});
     Pipeline all16;
@@ -266,7 +269,7 @@ double headroom_under(const CaseConfig& cfg, const Pipeline& p, const float* act
 }
 
 Grade grade_outputs(const CaseConfig& cfg, const Pipeline& declared, const float* actual, const Expected& e,
-                    const Expected* unrounded_new_rows) {
+                    const Expected* unrounded_new_rows, bool name_pipelines) {
     const Scan mine = scan(cfg, declared, actual, e);
     Grade g;
     g.nan = mine.bad;
@@ -296,7 +299,7 @@ Grade grade_outputs(const CaseConfig& cfg, const Pipeline& declared, const float
         m << "; the outputs are consistent with the new rows attended before rounding to the cache dtype "
           << dtype_name(cfg.dtype) << " (the cache stores them rounded, so outputs depend on how a prompt is "
           << "chunked); declare KVC_PIPELINE_NEW_ROWS_UNROUNDED if that is intended";
-    } else if (wide && cfg.dtype != KVC_DTYPE_F32) {
+    } else if (name_pipelines && wide && cfg.dtype != KVC_DTYPE_F32) {
         // every narrower pipeline whose bound the error fits while using a fair share of it (16-bit stages are
         // hard to tell apart from one another by outputs alone, so all that fit are named)
         std::string fits;

@@ -27,6 +27,7 @@
 #define PIPE_NEW_ROWS_DECL 5   // the same, declaring KVC_PIPELINE_NEW_ROWS_UNROUNDED: passes with a note
 #define PIPE_OVERCLAIM 6       // every stage in the cache dtype, declares f32: fails
 #define PIPE_KEYS_TRUNCATED 7  // f32, but rotated keys stored rounded toward zero in 16 bits: CACHE-CONTENT fails
+#define PIPE_PROBS_PLAIN 8     // probabilities rounded to the cache dtype before P.V, declares f32: EQUIV fails
 
 namespace {
 
@@ -41,6 +42,7 @@ Stages stages() {
     case PIPE_EAGER_ALL16:
     case PIPE_OVERCLAIM: return {C, C, C, C, C, C};
     case PIPE_SDPA16: return {C, C, 0, 0, 0, C};
+    case PIPE_PROBS_PLAIN: return {0, 0, 0, C, 0, 0};
     default: return {};
     }
 }
@@ -105,7 +107,9 @@ void get_caps(kvc_caps* out) {
     c.precision = KVC_PRECISION_F32;
     c.memory_space = KVC_MEMORY_HOST;
     const Stages st = stages();
-    if (KVC_PIPE_DOUBLE != PIPE_OVERCLAIM && KVC_PIPE_DOUBLE != PIPE_NEW_ROWS_PLAIN) {
+    const bool declares = KVC_PIPE_DOUBLE != PIPE_OVERCLAIM && KVC_PIPE_DOUBLE != PIPE_NEW_ROWS_PLAIN &&
+                          KVC_PIPE_DOUBLE != PIPE_PROBS_PLAIN;
+    if (declares) {
         c.pipeline = {st.q, st.rope, st.scores, st.probs, st.accum, st.output, KVC_PIPELINE_DECLARED};
         if (KVC_PIPE_DOUBLE == PIPE_NEW_ROWS_DECL) c.pipeline.flags |= KVC_PIPELINE_NEW_ROWS_UNROUNDED;
     }

@@ -157,6 +157,20 @@ TEST(Tolerance, RotatedKeysRoundedTowardZeroFailCacheContent) {
     EXPECT_NE(r->reason.find("not the rounding of an f32 rotation"), std::string::npos) << r->reason;
     ASSERT_TRUE(r->mismatch.has_value());
     EXPECT_EQ(r->mismatch->what, "k");
+    // EQUIV alone (no read-back check) fails it too, and names the storage rather than a narrower pipeline
+    const auto e = kvc::testing::first_failure(t, "EQUIV", 100);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_NE(e->reason.find("a storage error, not arithmetic"), std::string::npos) << e->reason;
+    EXPECT_EQ(e->reason.find("consistent with"), std::string::npos) << e->reason;
+}
+
+// Probabilities rounded to 16 bits before they weight V (FlashAttention's 16-bit kernels) while declaring f32: the
+// diagnosis offers that cause (it named only q and V rounding, 2026-12-05).
+TEST(Tolerance, ProbabilitiesRoundedWhileDeclaringF32FailAndAreNamed) {
+    const auto t = kvc::testing::load_implementation("double-pipe_probs_plain");
+    const auto r = kvc::testing::first_failure(t, "EQUIV", 100);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_NE(r->reason.find("the probabilities rounded to"), std::string::npos) << r->reason;
 }
 
 TEST(Tolerance, NewRowsAttendedBeforeRoundingFailAndAreNamedUnlessDeclared) {

@@ -158,6 +158,28 @@ def content_bitflip(t):
               f"position {s['pos_begin']}")
 
 
+def equiv_storage_named(t):
+    """An EQUIV failure whose dumped rows also differ from the appended ones names the storage, not a pipeline."""
+    t.export("--properties", "EQUIV", "--cases", "4", "--dtypes", "f16")
+    t.run_example()
+    c = t.case(lambda c: any(s["op"] == "append" and s["n_new"] > 0 for s in c["steps"]))
+    s = next(s for s in c["steps"] if s["op"] == "append" and s["n_new"] > 0)
+    flip_dump_element(t, c, s["step"], s["pos_begin"])
+    path = t.result_path(c)
+    tensors, dtypes, meta = t.st.read(path)
+    out = []
+    for name, array in tensors.items():
+        if name == f"step{s['step']}.out":
+            array = array.copy()
+            array.reshape(-1)[0] += 0.25  # an output error any grader sees
+        out.append((name, dtypes[name], array))
+    t.st.write(path, out, meta)
+    line = verdict_line(t.grade(1), c["id"])
+    expect_in(line, "FAIL", "EQUIV: ", "the rows read back differ from the appended values rounded to f16",
+              "a storage error, not arithmetic")
+    expect("consistent with" not in line, "a narrower pipeline is named beside the storage error: " + line)
+
+
 def past_rewritten(t):
     t.export("--properties", "APPEND-ONLY", "--cases", "6")
     t.run_example()
@@ -437,7 +459,8 @@ def scale_theta(t):
     expect_in(verdict_line(out, c["id"]), "FAIL", "EQUIV: ")
 
 
-CASES = {f.__name__: f for f in [roundtrip, skip_self, content_bitflip, past_rewritten, memory_misreport,
+CASES = {f.__name__: f for f in [roundtrip, skip_self, content_bitflip, equiv_storage_named, past_rewritten,
+                                 memory_misreport,
                                  nan_output, not_supported, missing_results, missing_tensor, st_truncated_header,
                                  st_header_too_long, st_offsets_out_of_range, st_overlap, st_dtype_size,
                                  inputs_truncated, batch_step, batch_slice_swapped, caps_filter, new_rows_unrounded,

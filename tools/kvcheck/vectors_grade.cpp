@@ -26,6 +26,7 @@
 #include <iomanip>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -453,10 +454,14 @@ private:
                 const bool v_ok = std::memcmp(want_v, got_v, es_) == 0;
                 strm.k_eff.push_back(k_ok ? gk : want.k[e]);
                 strm.v_eff.push_back(want.v[e]);
-                if (vc_.checks.content && (!k_ok || !v_ok)) {
+                if (!k_ok || !v_ok) {
                     prop::Mismatch m = at_element(!k_ok ? "k" : "v", sl.seq, s.layer, at);
                     m.expected = !k_ok ? want.k[e] : want.v[e];
                     m.actual = !k_ok ? gk : gv;
+                    if (!vc_.checks.content) { // EQUIV's diagnosis names the first
+                        if (!storage_mismatch_) storage_mismatch_ = m;
+                        continue;
+                    }
                     fail(std::string("dumped ") + m.what + " differs from the appended value rounded to " +
                              dtype_name(cfg_.dtype) +
                              (cfg_.rope != KVC_ROPE_NONE && !k_ok
@@ -480,13 +485,14 @@ private:
         const prop::Expected e = declared_unrounded
                                      ? unrounded(strm, sl, q, k, v)
                                      : prop::expect_outputs(cfg_, q, sl.n_new, strm.k_eff, strm.v_eff, strm.len);
-        prop::Grade g = prop::grade_outputs(cfg_, pipe, out, e);
+        const bool stored_right = !storage_mismatch_; // else the storage, not a pipeline, is named
+        prop::Grade g = prop::grade_outputs(cfg_, pipe, out, e, nullptr, stored_right);
         headroom = std::max(headroom, g.headroom);
         fails_f32_class = fails_f32_class || g.fails_f32_class;
         if (g.pass) return;
         if (narrow_cache && !declared_unrounded && !g.nan) { // is it the new rows attended before rounding?
             const prop::Expected alt = unrounded(strm, sl, q, k, v);
-            g = prop::grade_outputs(cfg_, pipe, out, e, &alt);
+            g = prop::grade_outputs(cfg_, pipe, out, e, &alt, stored_right);
         }
         prop::Mismatch m;
         m.what = "output";
@@ -497,7 +503,7 @@ private:
         m.dim = static_cast<int>(g.worst.dim);
         m.expected = g.worst.expected;
         m.actual = g.worst.actual;
-        fail(g.message, m);
+        fail(g.message + (storage_mismatch_ ? prop::storage_error_clause(cfg_.dtype, *storage_mismatch_) : ""), m);
     }
 
     void check_memory(const Step& s) {
@@ -538,6 +544,7 @@ private:
     const uint32_t d_;
     const size_t row_, es_;
     std::vector<std::vector<Stream>> streams_; // [seq][layer]
+    std::optional<prop::Mismatch> storage_mismatch_; // the first element dumped unlike the appended one (EQUIV only)
     int step_ = -1;
 };
 

@@ -23,6 +23,11 @@ struct Mismatch {
     std::string describe() const;
 };
 
+// What EQUIV adds to a failure when a row read back differs from the appended one rounded to the cache dtype (the
+// first such element): the oracle attends the rows as they should be stored, so the storage explains the error
+// better than any narrower pipeline would (a cache storing f16 through bf16 was told "q rounded to f16").
+std::string storage_error_clause(uint32_t cache_dtype, const Mismatch& first);
+
 // Thrown by a check; the runner turns it into a FAIL verdict of `property`.
 class Violation : public std::runtime_error {
 public:

@@ -67,8 +67,9 @@ struct Grade {
 
 // Grades one call's outputs against its expectation under the declared pipeline. `unrounded_new_rows`, when given,
 // is the expectation with the call's new rows attended before rounding (only for the diagnosis of a failure).
+// `name_pipelines` false leaves narrower pipelines out of a failure's message (the caller knows a better cause).
 Grade grade_outputs(const CaseConfig& cfg, const Pipeline& declared, const float* actual, const Expected& e,
-                    const Expected* unrounded_new_rows = nullptr);
+                    const Expected* unrounded_new_rows = nullptr, bool name_pipelines = true);
 
 // The allowed relative error (relative to max |v| of the row) of every output element under pipeline p:
 // [n_new][Hq*d], the floor included.
