@@ -260,9 +260,9 @@ private:
             fail(std::string("since create ") + (dev ? "device memory in use" : "the allocator") + " grew by " +
                      std::to_string(grown) + " bytes while the reported K/V storage and workspace grew by " +
                      std::to_string(reported_growth) + " bytes: " + std::to_string(rise) +
-                     " bytes of hidden storage (caching Q, or K/V it does not report; slack " + std::to_string(slack) +
-                     " bytes" +
-                     (workspace_credit_ > 0 ? ", and " + std::to_string(workspace_credit_) +
+                     " bytes of hidden storage (caching Q, or K/V it does not report; allowed: a slack of " +
+                     std::to_string(slack) + " bytes" +
+                     (workspace_credit_ > 0 ? " and the " + std::to_string(workspace_credit_) +
                                                   " bytes of the declared workspace that create() did not allocate"
                                             : std::string()) +
                      ")",
@@ -743,7 +743,8 @@ private:
     bool watching_ = false;          // the create() window has been judged
     uint64_t workspace_ = 0;         // reported right after create; constant from then on
     int64_t create_unreported_ = 0;  // what create() allocated beyond its report (an undeclared constant scratch)
-    std::optional<Mismatch> storage_mismatch_; // the first element read back unlike the appended one (EQUIV only)
+    std::optional<Mismatch> storage_mismatch_; // the first element read back unlike the appended one, when
+                                               // CACHE-CONTENT is off (EQUIV's diagnosis names it)
     int64_t workspace_credit_ = 0;   // the declared workspace create() did not allocate (allocated when first needed)
     int64_t base_grown_ = 0, base_reported_ = 0; // right after create
     int64_t lowest_unexplained_ = 0; // the lowest value of (growth - reported growth) since create

@@ -27,6 +27,25 @@ using nlohmann::json;
 
 void spit(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary | std::ios::trunc) << text; }
 
+// A replay document of one small EQUIV case (one 2-token append) that the example passes, with a recorded first
+// mismatch written as validate writes one.
+json small_replay(const std::string& rope) {
+    return {{"kvcheck_replay", 1},
+            {"id", "EQUIV/0"},
+            {"property", "EQUIV"},
+            {"seed", 1},
+            {"case",
+             {{"config",
+               {{"n_layers", 1}, {"n_q_heads", 1}, {"n_kv_heads", 1}, {"head_dim", 4}, {"dtype", "f32"},
+                {"rope", rope}, {"block_size_hint", 4}, {"max_seqs", 1}, {"max_tokens", 8}, {"rope_theta", 10000.0},
+                {"scale", 0.5}}},
+              {"ops", json::array({{{"op", "append"}, {"appends", json::array({{{"seq", 0}, {"n_new", 2}}})}}})},
+              {"data_seed", 3}}},
+            {"expected_mismatch",
+             {{"what", "output"}, {"op", 0}, {"seq", 0}, {"layer", 0}, {"pos", 1}, {"head", 0}, {"dim", 2},
+              {"expected", 1.5}, {"actual", 2.0}}}};
+}
+
 const char* kResults = R"({"kvcheck_results": 1, "implementation": "none", "pipeline": "f32",
                            "capabilities": ["dtype f32", "dtype f16", "dtype bf16", "rope neox", "rope gptj", "gqa",
                                             "chunked", "fork", "release", "batch"]})";
@@ -344,20 +363,7 @@ TEST_F(HostileFiles, ADuplicatedKeyInAManifestIsRefused) {
 // A replay file's sizes of 2^32 and more, a rope_theta that overflows float32, a mismatch coordinate too large for
 // int: each is bad input naming the field (exit 2), never a wrapped size run against the implementation.
 TEST_F(HostileFiles, ReplayFieldsThatWouldWrapOrOverflowAreBadInput) {
-    const json base = {{"kvcheck_replay", 1},
-                       {"id", "EQUIV/0"},
-                       {"property", "EQUIV"},
-                       {"seed", 1},
-                       {"case",
-                        {{"config",
-                          {{"n_layers", 1}, {"n_q_heads", 1}, {"n_kv_heads", 1}, {"head_dim", 4}, {"dtype", "f32"},
-                           {"rope", "neox"}, {"block_size_hint", 4}, {"max_seqs", 1}, {"max_tokens", 8},
-                           {"rope_theta", 10000.0}, {"scale", 0.5}}},
-                         {"ops", json::array({{{"op", "append"}, {"appends", json::array({{{"seq", 0}, {"n_new", 2}}})}}})},
-                         {"data_seed", 3}}},
-                       {"expected_mismatch",
-                        {{"what", "output"}, {"op", 0}, {"seq", 0}, {"layer", 0}, {"pos", 1}, {"head", 0}, {"dim", 2},
-                         {"expected", 1.5}, {"actual", 2.0}}}};
+    const json base = small_replay("neox");
     spit(dir_ / "ok.json", base.dump());
     const Outcome ok = kvcheck("replay ok.json --builtin example --timeout 600");
     ASSERT_EQ(ok.rc, 0) << "the unmodified replay file must pass: " << ok.all();
@@ -585,21 +591,9 @@ void expect_no_escape(const Outcome& o, const std::string& what) {
 // The replay file's recorded reason was printed as written (its id already was not), and its first mismatch's
 // `what` too; the mismatch is now read as strictly as it is written.
 TEST_F(HostileFiles, ReplayPrintsItsRecordedTextsEscapedAndReadsTheMismatchStrictly) {
-    json doc = {{"kvcheck_replay", 1},
-                {"id", "EQUIV/0"},
-                {"property", "EQUIV"},
-                {"seed", 1},
-                {"expected_failure", "the reason \x1b[31mred\x1b[0m"},
-                {"case",
-                 {{"config",
-                   {{"n_layers", 1}, {"n_q_heads", 1}, {"n_kv_heads", 1}, {"head_dim", 4}, {"dtype", "f32"},
-                    {"rope", "none"}, {"block_size_hint", 4}, {"max_seqs", 1}, {"max_tokens", 8},
-                    {"rope_theta", 10000.0}, {"scale", 0.5}}},
-                  {"ops", json::array({{{"op", "append"}, {"appends", json::array({{{"seq", 0}, {"n_new", 2}}})}}})},
-                  {"data_seed", 3}}},
-                {"expected_mismatch",
-                 {{"what", "output"}, {"op", 0}, {"seq", 0}, {"layer", 0}, {"pos", 1}, {"head", 0}, {"dim", 2},
-                  {"expected", 1.5}, {"actual", 2.0}, {"text", "output at op 0"}}}};
+    json doc = small_replay("none");
+    doc["expected_failure"] = "the reason \x1b[31mred\x1b[0m";
+    doc["expected_mismatch"]["text"] = "output at op 0";
     spit(dir_ / "reason.json", doc.dump());
     const Outcome shown = kvcheck("replay reason.json --builtin example");
     EXPECT_EQ(shown.rc, 0) << shown.all();
