@@ -29,13 +29,26 @@ double rope_angle_error(uint32_t pos, uint32_t j, uint32_t head_dim, float theta
     return 0x1p-24 * (8.0 * pos * inv + 2.0);
 }
 
+namespace {
+
+// |x_a| + |x_b| of the pair key element `element` rotates with, and what an ordinary f32 rotation of that pair
+// loses at `pos` (angle pos * theta^(-2j/d), cos and sin in float): 16 * 2^-24 * m * (2 + pos).
+struct PairError {
+    double m, f32_rotation;
+};
+PairError pair_error(const CaseConfig& cfg, const float* k_in, uint32_t pos, uint32_t element) {
+    const uint32_t d = cfg.head_dim, e = element % d, base = element - e;
+    const double m = std::fabs(k_in[base + e]) + std::fabs(k_in[base + rope_partner(cfg.rope, d, e)]);
+    return {m, 16.0 * 0x1p-24 * m * (2.0 + pos)};
+}
+
+} // namespace
+
 double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, uint32_t element) {
     const double eps = cfg.dtype == KVC_DTYPE_F32 ? 0x1p-23 : cfg.dtype == KVC_DTYPE_F16 ? 0x1p-10 : 0x1p-7;
     const double tiny = cfg.dtype == KVC_DTYPE_F16 ? 0x1p-24 : 0x1p-126;
-    const uint32_t d = cfg.head_dim, e = element % d, base = element - e;
-    const uint32_t partner = cfg.rope == KVC_ROPE_NEOX ? (e < d / 2 ? e + d / 2 : e - d / 2) : (e ^ 1u);
-    const double m = std::fabs(k_in[base + e]) + std::fabs(k_in[base + partner]);
-    return 16.0 * 0x1p-24 * m * (2.0 + pos) + 2.0 * eps * m + tiny;
+    const PairError p = pair_error(cfg, k_in, pos, element);
+    return p.f32_rotation + 2.0 * eps * p.m + tiny;
 }
 
 bool stored_key_acceptable(const CaseConfig& cfg, uint32_t rope_stage, const float* k_in, uint32_t pos,
@@ -46,10 +59,9 @@ bool stored_key_acceptable(const CaseConfig& cfg, uint32_t rope_stage, const flo
     if (!f32_rotation)
         return std::fabs(static_cast<double>(got) - ref::round_to_dtype(rotated, cfg.dtype)) <=
                stored_key_bound(cfg, k_in, pos, element);
-    const uint32_t d = cfg.head_dim, e = element % d, base = element - e;
-    const double m = std::fabs(k_in[base + e]) + std::fabs(k_in[base + rope_partner(cfg.rope, d, e)]);
-    // E as in stored_key_bound, plus the oracle's own rounding to float and the casts below (2^-24 each)
-    const double err = 16.0 * 0x1p-24 * m * (2.0 + pos) + 3.0 * 0x1p-24 * std::fabs(rotated) + 0x1p-149;
+    // the f32 rotation's error, plus the oracle's own rounding to float and the casts below (2^-24 each)
+    const double err =
+        pair_error(cfg, k_in, pos, element).f32_rotation + 3.0 * 0x1p-24 * std::fabs(rotated) + 0x1p-149;
     const float lo = ref::round_to_dtype(static_cast<float>(rotated - err), cfg.dtype);
     const float hi = ref::round_to_dtype(static_cast<float>(rotated + err), cfg.dtype);
     return lo <= got && got <= hi;
