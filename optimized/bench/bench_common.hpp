@@ -33,7 +33,7 @@ double memcpy_seconds(uint8_t* dst, const uint8_t* src, size_t bytes);
 
 // A buffer that is really there: every page written once, after asking for transparent huge pages as the engine's
 // pool does for its slabs (opt::advise_huge_pages), so the streaming read and the decode it is compared with walk
-// memory through the same kind of pages. (Until 2026-12-04 the read's buffer was a std::vector on 4 KiB pages.)
+// memory through the same kind of pages.
 // 64 bytes more than size() are there: stream_read_seconds() starts at the first 64-byte boundary.
 class TouchedBuffer {
 public:
@@ -49,15 +49,15 @@ private:
 // Pushes what the last measurement left in the caches back to memory: reads, with every core, a buffer of twice the
 // last-level cache (at least 64 MiB), so the measurement that follows starts from memory whatever ran before it.
 // Reads, not writes: the caches are left holding clean lines, so no write-back lands in the next measurement. Why
-// (docs/performance.md, "Every measurement starts from memory"): a 480 MiB L3 kept a 128 MiB cache between decode
-// steps while the streaming read's buffer was evicted, and "decode / read" came out at 1.5.
+// (docs/performance.md, "every measured byte flushed"): without it a 480 MiB L3 keeps a 128 MiB cache
+// between decode steps while the streaming read's buffer is evicted, and "decode / read" comes out at 1.5.
 void evict_caches();
 // The bytes evict_caches() reads.
 size_t eviction_bytes();
 // Writes back and drops every cache line of [p, p + bytes) from every cache level (clflushopt where the CPU has it,
 // else clflush; nothing off x86). The scan of evict_caches() alone does not evict a buffer the measurements keep
 // reusing: the last-level cache's replacement protects lines that were hit before. Measured on the Intel Xeon kind
-// (model 167, 480 MiB L3, 2026-12-04): a 32 MiB buffer read 5 times read at 23 GB/s after a 960 MiB scan and at 18
+// (model 167, 480 MiB L3): a 32 MiB buffer read 5 times reads at 23 GB/s after a 960 MiB scan and at 18
 // after its lines were flushed; 256 MiB: 20.2 against 19.4. So each measured buffer is flushed as well.
 void flush_lines(const void* p, size_t bytes);
 

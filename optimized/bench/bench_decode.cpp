@@ -1,12 +1,11 @@
-// Decode attention over an f16 cache: (1) effective bandwidth against the same run's streaming read of a buffer of
-// the same size: 8 sequences x 8,192 tokens (256 MiB), MHA and GQA 8:1, 16- and 256-token blocks; one sequence of
-// 512 to 32,768 tokens with 32 heads; each with every core and with one thread; (2) decode time with blocks
-// scattered over the pool against blocks in address order. Interleaved A/Bs in the same loop: heads walked together
-// or one per kernel call, the AVX2 kernel's group path or its direct path (GQA), the AVX-512 kernel or the AVX2 one
-// (machines with AVX-512; the line was "AVX-512 group path", GQA only, until 2026-12-04), the AVX-512 group path's
-// two score layouts (GQA, since 2026-12-05), and the walk (prefetching, visits). Every timed decode and read of both
-// groups starts from memory (evict_caches, then flush_lines over the measured K/V blocks or read buffer): the goal is
-// decode at memory speed, and a cache left in a large L3 measured L3.
+// Decode attention over an f16 cache: (1) effective bandwidth against the same run's streaming read of a buffer of the
+// same size: 8 sequences x 8,192 tokens (256 MiB), MHA and GQA 8:1, 16- and 256-token blocks; one sequence of 512 to
+// 32,768 tokens with 32 heads; each with every core and with one thread; (2) decode time with blocks scattered over the
+// pool against blocks in address order. Interleaved A/Bs in the same loop: heads walked together or one per kernel
+// call, the AVX2 kernel's group path or its direct path (GQA), the AVX-512 kernel or the AVX2 one (machines with
+// AVX-512), the AVX-512 group path's two score layouts (GQA), and the walk (prefetching, visits). Every timed decode
+// and read of both groups starts from memory (evict_caches, then flush_lines over the measured K/V blocks or read
+// buffer): the goal is decode at memory speed, and a cache left in a large L3 measured L3.
 #include "bench_common.hpp"
 
 #include "attention_kernel.hpp"
@@ -114,8 +113,8 @@ struct DecodeStep {
     }
     // One decode step of every sequence (one new token each); returns seconds per K/V byte it read (last_bytes).
     // Per byte, because every step adds a token: over a benchmark's few hundred steps a 512-token cache grows by
-    // more than half, and the fastest step's time against the last step's bytes overstated its speed (until
-    // 2026-12-02). Per byte, steps of any length compare fairly with each other and with the streaming read.
+    // more than half, and the fastest step's time against the last step's bytes would overstate its speed. Per
+    // byte, steps of any length compare fairly with each other and with the streaming read.
     double run(opt::Engine& e) {
         kvc_batch b{sizeof(kvc_batch), sh.seqs, ids.data(), offsets.data(), q.data(), k.data(), v.data(), out.data()};
         const double t0 = now_s();
@@ -137,11 +136,11 @@ struct DecodeStep {
 };
 
 // The decode and its A/B variants, measured once each per repetition in an order that rotates (repetition r starts
-// with measurement r mod n), each after evict_caches(). Before 2026-12-04 (evening) nothing was evicted: whichever
-// ran first followed the streaming read, the others a decode with part of the K/V still in a large L3, and in a fixed
-// order that favoured every variant over the decode by up to 4 % (the "whole runs" gauge, the default walk itself,
-// read 0.96-0.98 on a 480 MiB L3). The eviction removes that cause; the rotation stays for any other effect of order
-// (clock, the pool's threads waking).
+// with measurement r mod n), each after evict_caches(). Without the eviction, whichever ran first would follow the
+// streaming read and the others a decode with part of the K/V still in a large L3: in a fixed order that favours
+// every variant over the decode by up to 4 % (the "whole runs" gauge, the default walk itself, reads 0.96-0.98 on a
+// 480 MiB L3). The eviction removes that cause; the rotation is there for any other effect of order (clock, the
+// pool's threads waking).
 class Rotation {
 public:
     // cold(): what else each measurement must find out of the caches (the scan of evict_caches() does not evict a
@@ -209,7 +208,7 @@ void decode_bandwidth(benchmark::State& state, const Shape& sh, const std::strin
         const auto cold_kv = [&] { flush_kv(*e, sh.seqs); };
         Rotation all_cores(cold_kv); // the decode and its A/B variants
         all_cores.add(t_decode, decode);
-        all_cores.add(t_single, [&] { // one KV head per kernel call, as before heads were walked together
+        all_cores.add(t_single, [&] { // one KV head per kernel call (EngineOptions::group_heads off)
             e->set_group_heads(false);
             const double t = step.run(*e);
             e->set_group_heads(true);

@@ -6,7 +6,7 @@
 //    byte with 8 query rows, so its decode is bound by arithmetic: this is how close to the core's peak it computes.
 //  - MHA: bytes/s over the same run's read of a buffer as big (one thread, also in L2): the kernel's overhead
 //    per byte where memory is not the limit.
-// Issue 12 sets no goal here; the lines make the in-cache figures of docs/performance.md reproducible. On machines
+// No goal applies here; the lines make the in-cache figures of docs/performance.md reproducible. On machines
 // with AVX-512, GQA also A/Bs WalkPlan::spread_prefetch in the same loop (every second step), to show its cost here.
 #include "bench_common.hpp"
 

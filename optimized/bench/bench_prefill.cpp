@@ -2,8 +2,8 @@
 // everything before it), MHA and GQA 8:1, f16 cache, 16-token blocks, every core. Prefill is compute-bound, so it is
 // reported as lane-FMAs per ns: the F32 class's multiply-adds (q.k and p.v, per query head, per visible key, per
 // dimension) over the time. Tiles hold several query tokens, so prefill takes the kernel's group path even for MHA;
-// interleaved A/Bs against the direct path, and on AVX-512 machines against the AVX2 kernel. Issue 12 sets no goal
-// here: the lines say what the group path and the AVX-512 kernel do for prefill.
+// interleaved A/Bs against the direct path, and on AVX-512 machines against the AVX2 kernel. No goal applies here:
+// the lines say what the group path and the AVX-512 kernel do for prefill.
 #include "bench_common.hpp"
 
 #include "simd.hpp"

@@ -1,165 +1,62 @@
 // The CUDA engine behind the plugin ABI: one function table over kvc::cuda::Engine, and the availability probe.
+#include "kvcheck/optimized/abi_table_common.hpp"
 #include "kvcheck/optimized/cuda_engine.h"
 
 #include "engine.hpp"
 #include "kernels.hpp"
 
 #include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <memory>
 #include <new>
 #include <string>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
-struct kvc_cache {
-    std::unique_ptr<kvc::cuda::Engine> engine;
-};
-
 namespace {
 
-using kvc::cuda::Engine;
+struct CudaOps {
+    using Engine = kvc::cuda::Engine;
+    static constexpr uint32_t kMemorySpace = KVC_MEMORY_DEVICE;
+    static constexpr uint32_t kMaxHeadDim = kvc::cuda::kMaxHeadDim;
+    static constexpr const char* kCreateFailed = "create: host allocation failed";
 
-// last_error(NULL): the last failed create on this thread.
-thread_local char g_create_error[512] = "no error";
-
-void set_create_error(const std::string& msg) { std::snprintf(g_create_error, sizeof g_create_error, "%s", msg.c_str()); }
-
-// No exception crosses the ABI; a failed allocation on the host is OUT_OF_MEMORY, like on the device.
-template <typename F>
-kvc_status guarded(kvc_cache* cache, F&& body) {
-    if (cache == nullptr) {
-        set_create_error("cache is NULL");
-        return KVC_ERR_INVALID_ARGUMENT;
-    }
-    try {
-        return body(*cache->engine);
-    } catch (const std::bad_alloc&) {
-        return cache->engine->fail(KVC_ERR_OUT_OF_MEMORY, "host allocation failed");
-    } catch (...) {
-        return cache->engine->fail(KVC_ERR_INTERNAL, "unexpected exception");
-    }
-}
-
-void get_caps(kvc_caps* out) {
-    if (out == nullptr) return;
-    kvc_caps c{};
-    c.struct_size = out->struct_size;
-    c.dtypes = (1u << KVC_DTYPE_F32) | (1u << KVC_DTYPE_F16) | (1u << KVC_DTYPE_BF16);
-    c.rope_variants = (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ);
-    c.features = KVC_FEATURE_GQA | KVC_FEATURE_PAGED | KVC_FEATURE_FORK | KVC_FEATURE_RELEASE | KVC_FEATURE_BATCH |
-                 KVC_FEATURE_CHUNKED;
-    // What the kernels do: q f32 (rotated in double, rounded once), K/V widened from the cache dtype, scores,
-    // exp, sums and the V accumulation in f32, split states merged in f32. The f32 class, as the CPU engine.
-    c.precision = KVC_PRECISION_F32;
-    c.memory_space = KVC_MEMORY_DEVICE;
-    c.max_layers = 1024;
-    c.max_q_heads = 1024;
-    c.max_kv_heads = 1024;
-    c.max_head_dim = kvc::cuda::kMaxHeadDim;
-    c.max_seqs = 0;
-    c.max_tokens = 0;
-    const size_t n = out->struct_size < sizeof c ? out->struct_size : sizeof c;
-    if (n > sizeof c.struct_size)
-        std::memcpy(reinterpret_cast<char*>(out) + sizeof c.struct_size,
-                    reinterpret_cast<const char*>(&c) + sizeof c.struct_size, n - sizeof c.struct_size);
-}
-
-kvc_status create(const kvc_config* config, kvc_cache** out) {
-    if (out == nullptr) {
-        set_create_error("create: out is NULL");
-        return KVC_ERR_INVALID_ARGUMENT;
-    }
-    *out = nullptr;
-    if (config == nullptr) {
-        set_create_error("create: config is NULL");
-        return KVC_ERR_INVALID_ARGUMENT;
-    }
-    try {
-        kvc_status status = KVC_OK;
-        std::string error;
-        auto engine = Engine::create(*config, &status, &error);
-        if (!engine) {
-            set_create_error("create: " + error);
-            return status;
+    // No exception crosses the ABI; a failed allocation on the host is OUT_OF_MEMORY, like on the device.
+    template <class F>
+    static kvc_status guard(Engine& e, F&& call) {
+        try {
+            return call(e);
+        } catch (const std::bad_alloc&) {
+            return e.fail(KVC_ERR_OUT_OF_MEMORY, "host allocation failed");
+        } catch (...) {
+            return e.fail(KVC_ERR_INTERNAL, "unexpected exception");
         }
-        *out = new kvc_cache{std::move(engine)};
-        return KVC_OK;
-    } catch (...) {
-        set_create_error("create: host allocation failed");
-        return KVC_ERR_OUT_OF_MEMORY;
     }
-}
-
-void destroy(kvc_cache* cache) { delete cache; }
-
-const char* last_error(const kvc_cache* cache) { return cache ? cache->engine->last_error() : g_create_error; }
-
-kvc_status append_attend(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t n_new, const float* q,
-                         const float* k, const float* v, float* out) {
-    const uint32_t offsets[2] = {0, n_new};
-    return guarded(cache, [&](Engine& e) { return e.append_attend_batch(layer, 1, &seq, offsets, q, k, v, out); });
-}
-
-kvc_status append_attend_batch(kvc_cache* cache, uint32_t layer, const kvc_batch* b) {
-    return guarded(cache, [&](Engine& e) {
+    // One sequence is a batch of one: the engine has a single entry point.
+    static kvc_status append_attend(Engine& e, uint32_t seq, uint32_t layer, uint32_t n_new, const float* q,
+                                    const float* k, const float* v, float* out) {
+        const uint32_t offsets[2] = {0, n_new};
+        return e.append_attend_batch(layer, 1, &seq, offsets, q, k, v, out);
+    }
+    static kvc_status append_attend_batch(Engine& e, uint32_t layer, const kvc_batch* b) {
         bool empty = false;
         if (const kvc::opt::Refusal r = kvc::opt::check_batch_struct(b, &empty); r.refused()) return e.fail(r);
         if (empty) return KVC_OK;
         return e.append_attend_batch(layer, b->n_seqs, b->seq_ids, b->token_offsets, b->q, b->k, b->v, b->out);
+    }
+};
+using Table = kvc::opt::AbiTable<CudaOps>;
+
+kvc_status create(const kvc_config* config, kvc_cache** out) {
+    return Table::create_with(config, out, [](const kvc_config& c, kvc_status* status, std::string* error) {
+        return kvc::cuda::Engine::create(c, status, error);
     });
-}
-
-kvc_status read_kv(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out,
-                   void* v_out) {
-    return guarded(cache, [&](Engine& e) { return e.read_kv(seq, layer, pos, n, k_out, v_out); });
-}
-
-kvc_status seq_length(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t* length) {
-    return guarded(cache, [&](Engine& e) { return e.seq_length(seq, layer, length); });
-}
-
-kvc_status memory(kvc_cache* cache, kvc_memory* out) {
-    return guarded(cache, [&](Engine& e) { return e.memory(out); });
-}
-
-kvc_status fork(kvc_cache* cache, uint32_t parent, uint32_t child) {
-    return guarded(cache, [&](Engine& e) { return e.fork(parent, child); });
-}
-
-kvc_status release(kvc_cache* cache, uint32_t seq) {
-    return guarded(cache, [&](Engine& e) { return e.release(seq); });
-}
-
-kvc_plugin_api make_table() {
-    kvc_plugin_api t{};
-    t.struct_size = sizeof t;
-    t.abi_major = KVC_ABI_VERSION_MAJOR;
-    t.abi_minor = KVC_ABI_VERSION_MINOR;
-    t.name = "kvcheck-cuda";
-    t.version = "0.1.0";
-    t.get_caps = get_caps;
-    t.create = create;
-    t.destroy = destroy;
-    t.last_error = last_error;
-    t.append_attend = append_attend;
-    t.append_attend_batch = append_attend_batch;
-    t.read_kv = read_kv;
-    t.seq_length = seq_length;
-    t.memory = memory;
-    t.fork = fork;
-    t.release = release;
-    return t;
 }
 
 } // namespace
 
-extern "C" const kvc_plugin_api* kvc_cuda_engine_entry(uint32_t major, uint32_t minor) {
-    (void)minor; // a newer minor only appends members
-    static const kvc_plugin_api table = make_table();
-    return major == KVC_ABI_VERSION_MAJOR ? &table : nullptr;
+extern "C" const kvc_plugin_api* kvc_cuda_engine_entry(uint32_t major, uint32_t /*minor*/) {
+    static const kvc_plugin_api table = Table::make("kvcheck-cuda", create);
+    return Table::entry(table, major);
 }
 
 namespace {

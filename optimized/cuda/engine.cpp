@@ -22,6 +22,7 @@ constexpr uint32_t kDefaultBlockSize = 16, kMaxBlockSize = 65536;
 constexpr uint32_t kMaxCount = 1024; // layers, query heads, KV heads
 constexpr uint64_t kFirstArenaBytes = 64 * 1024; // the first arena: 64 KiB of blocks, at most 256 blocks
 constexpr uint64_t kAlign = 256;
+constexpr uint32_t kDecodeMaxNew = 4; // a stream of at most this many new tokens is a decode: its segments spread out
 
 uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -285,7 +286,7 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
                 rows_cap = std::max(rows_cap, nr);
                 const uint64_t max_limit = static_cast<uint64_t>(c.len_before) + (row0 + nr - 1) / group_ + 1;
                 const uint32_t nseg = static_cast<uint32_t>((max_limit + kSegmentKeys - 1) / kSegmentKeys);
-                if (c.n_new <= 4 && nseg > 1) { // decode: spread the segments over CUDA blocks, merge after
+                if (c.n_new <= kDecodeMaxNew && nseg > 1) { // spread the segments over CUDA blocks, merge after
                     merges.push_back(MergeItem{ci, h, row0, nr, static_cast<uint32_t>(partials), nseg});
                     for (uint32_t sg = 0; sg < nseg; ++sg)
                         items.push_back(WorkItem{ci, h, row0, nr, sg, sg + 1, 0,

@@ -7,7 +7,7 @@
 namespace kvc::opt {
 namespace {
 
-constexpr uint32_t kSpreadMaxNew = 4;                      // calls with up to this many new tokens spread out
+constexpr uint32_t kDecodeMaxNew = 4;                      // a stream of at most this many new tokens: a decode (spread)
 constexpr size_t kSpreadMaxScratchFloats = size_t(64) << 20; // 256 MiB of segment states at most, else tiled
 constexpr uint64_t kParallelMinBytes = 2 << 20;           // below this much K/V to read (~0.15 ms on one core),
                                                           // waking a worker costs more than it saves
@@ -33,7 +33,7 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
         p.rows = sc.n_new * group_;
         p.segments = ceil_div(static_cast<uint64_t>(sc.len_before) + sc.n_new, kSegmentKeys);
         const size_t need = static_cast<size_t>(shape.n_kv_heads) * p.rows * p.segments;
-        p.spread = sc.n_new <= kSpreadMaxNew && (states + need) * (dq_ + 2) <= kSpreadMaxScratchFloats;
+        p.spread = sc.n_new <= kDecodeMaxNew && (states + need) * (dq_ + 2) <= kSpreadMaxScratchFloats;
         bytes_to_read += (static_cast<uint64_t>(sc.len_before) + sc.n_new) * shape.layout->row_bytes * 2 *
                          shape.n_kv_heads * (p.spread ? 1 : ceil_div(p.rows, kTileRows));
         if (p.spread) {

@@ -63,7 +63,7 @@ SplitKernel split_kernel_avx512(uint32_t dtype); // only where cpu_has_avx512()
 
 // The x86 kernels' group path for tiles of several rows (on by default; in the AVX2 kernel: phase 1 in blocks of
 // 4 rows x 3 keys, and f16/bf16 V rows widened once into an f32 scratch that every 4-row block of phase 4 reads).
-// Off: in both kernels, the direct path of before 2026-12-01 (8 rows x 1 key, every block widening the cached rows
+// Off: in both kernels, the direct path for every tile (8 rows x 1 key, every block widening the cached rows
 // itself). The bits are the same either way (widening is exact; every dot product and output element keeps its own
 // accumulator and order). The switch exists for the benchmark's A/B and for the tests that check the paths agree.
 // Process-wide: set it only while no kernel runs.
@@ -74,10 +74,10 @@ bool avx2_group_path();
 // set it only while no kernel runs.
 struct WalkPlan {
     uint16_t prefetch_rows = 16;  // rows per KV head fetched ahead of the row in use, along the block table
-    bool prefetch_to_l2 = true;   // prefetcht1 (into L2); false: prefetcht0 (into L1), as before 2026-12-01
+    bool prefetch_to_l2 = true;   // prefetcht1 (into L2); false: prefetcht0 (into L1), slower from memory
     bool interleave_heads = true; // tiles of 1-3 rows: visit each head for at most visit_keys keys at a time
-    uint16_t visit_keys = 16;     // keys per visit where heads are interleaved (0 counts as 1); until 2026-12-04
-                                  // it was prefetch_rows
+    uint16_t visit_keys = 16;     // keys per visit where heads are interleaved (0 counts as 1); apart from
+                                  // prefetch_rows: Intel cores visit 4 keys and still prefetch 16 rows ahead
     bool spread_prefetch = false; // the AVX-512 group path's V: each pass of a piece over the head dimension
                                   // prefetches its share of the rows ahead, instead of the first pass all of them
     uint8_t prime_kib = 0;        // KiB of each head's walk ahead of the row in use whose 4 KiB pages are primed

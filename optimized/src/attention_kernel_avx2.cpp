@@ -13,19 +13,20 @@
 namespace kvc::opt {
 namespace {
 
-// The walk by default on this machine (docs/performance.md, "How the kernel walks the cache"): kDefaultWalk, except
-// on AMD cores without AVX-512 (Zen 2 and Zen 3 here), which walk each head's whole run. Interleaving the heads in
-// visits gained 23 % at 256-token blocks on Zen 4 (MHA, one thread); on Zen 3 whole runs took 0.85-0.88 of its time
-// there (their hardware prefetcher streams a head's long run), on Zen 2 it made no difference (measured 2026-12-01
-// and 2026-12-02); at 16-token blocks the two are the same walk. The bits are the same either way. "AMD without
-// AVX-512" stands for Zen 1-3: a Zen 4 guest whose hypervisor hides AVX-512 would get whole runs too (speed only).
+// The walk by default on this machine (docs/performance.md, "How the kernel walks the cache"; the measurements:
+// docs/log/attention-kernel-notes.md): kDefaultWalk, except on AMD cores without AVX-512 (Zen 2 and Zen 3 here),
+// which walk each head's whole run. Interleaving the heads in visits gains 23 % at 256-token blocks on Zen 4 (MHA, one
+// thread); on Zen 3 whole runs take 0.85-0.88 of its time there (their hardware prefetcher streams a head's long
+// run), on Zen 2 it makes no difference; at 16-token blocks the two are the same walk. The bits are the same either
+// way. "AMD without AVX-512" stands for Zen 1-3: a Zen 4 guest whose hypervisor hides AVX-512 would get whole runs
+// too (speed only).
 // Intel cores visit each head 4 keys at a time (measured on the model 167 kind, attention_kernel_x86.hpp) and prime
-// pages 8 KiB ahead (WalkPlan::prime_kib): there every decode from memory gained 3-10 % (MHA 7-10 % at 16-token
-// blocks, 3 % at 256; GQA 8:1 6-7 %; the single sequences 4-9 %), 16 KiB ahead gained less and 4 KiB almost nothing
-// (kvcheck_bench's A/B lines, 2026-12-04). AMD cores with AVX-512 (Zen 4) prime 8 KiB ahead too: in three runs there
-// (2026-12-04, evening) MHA at 16-token blocks took 0.86-0.97 of the unprimed time, the single sequences 0.85-0.98,
-// MHA at 256-token blocks 0.92-1.00, and GQA 8:1 0.99-1.03, within the noise of the run's repeated default (0.97-1.05).
-// Not measured on Zen 2 and Zen 3: off there.
+// pages 8 KiB ahead (WalkPlan::prime_kib): there every decode from memory gains 3-10 % (MHA 7-10 % at 16-token blocks,
+// 3 % at 256; GQA 8:1 6-7 %; the single sequences 4-9 %), 16 KiB ahead gains less and 4 KiB almost nothing
+// (kvcheck_bench's A/B lines). AMD cores with AVX-512 (Zen 4) prime 8 KiB ahead too: in three runs there MHA at
+// 16-token blocks takes 0.86-0.97 of the unprimed time, the single sequences 0.85-0.98, MHA at 256-token blocks
+// 0.92-1.00, and GQA 8:1 0.99-1.03, within the noise of a run's repeated default (0.97-1.05). Unmeasured on Zen 2 and
+// Zen 3: off there.
 WalkPlan machine_walk() {
     WalkPlan w = kDefaultWalk;
     if (cpu_is_amd() && !cpu_has_avx512()) w.interleave_heads = false;

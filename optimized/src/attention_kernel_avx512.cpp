@@ -4,12 +4,12 @@
 // one row's V takes 16 chunks (d = 128) per pass instead of 8, so each V row is read once and the accumulators are
 // loaded and stored half as often. On one Zen 4 core the MHA decode is as much arithmetic as memory (its kernel, in
 // cache, reads about as fast as that core's memory streams), so that shows from memory too: 1.01-1.10x the AVX2
-// kernel (docs/performance.md, "Results on Zen 4", "2026-12-04, night"). Not yet measured on the Intel kinds, where
-// the benchmark's line "AVX-512 kernel: speedup" of the MHA shapes will say.
+// kernel (docs/log/performance-log.md, "Results on Zen 4"). Unmeasured on the Intel kinds, where the benchmark's line
+// "AVX-512 kernel: speedup" of the MHA shapes says.
 //
-// Why: the group path is bound by FMA throughput (docs/performance.md, "GQA 8:1 on Zen 4, the arithmetic bound"), and
-// cores with two full-width 512-bit FMA units (the Intel Xeon kind here) do twice the lane-FMAs per cycle in zmm
-// registers: 1.34-1.58x the AVX2 kernel on GQA 8:1 decode there ("The AVX-512 kernel").
+// Why: the group path is bound by FMA throughput (docs/log/performance-log.md, "GQA 8:1 on Zen 4, the arithmetic
+// bound"), and cores with two full-width 512-bit FMA units (the Intel Xeon kind here) do twice the lane-FMAs per
+// cycle in zmm registers: 1.34-1.58x the AVX2 kernel on GQA 8:1 decode there ("The AVX-512 kernel").
 //
 // Same bits as the AVX2 kernel, by construction, so the engine's results do not depend on which one a machine runs:
 //  - scores: one zmm holds two of the 8-lane accumulators the AVX2 kernel keeps per row and key (two keys of one row,
@@ -109,10 +109,10 @@ KVC_TARGET_AVX512 void group_piece(const uint8_t* v, uint64_t row_bytes, uint32_
     const uint32_t n16 = d / 16;
     uint32_t c = 0;
     // WalkPlan::spread_prefetch: every 16-wide pass fetches its share of the rows ahead, so the fetches are spread
-    // through the piece's whole compute instead of bunched in its first quarter (d = 128: 4 passes). Intel Xeon model
-    // 167, 2026-12-04, every step from memory: GQA 8:1 decode 4-6 % faster at 16-token blocks, 0-4 % at 256; in
-    // cache 3 % slower (4x the prefetcher's calls). Same bits: only prefetches move. Without it the first pass
-    // fetches them all.
+    // through the piece's whole compute instead of bunched in its first quarter (d = 128: 4 passes). On the Intel
+    // Xeon model 167 kind, every step from memory, GQA 8:1 decode is 4-6 % faster with it at 16-token blocks, 0-4 %
+    // at 256, and 3 % slower in cache (4x the prefetcher's calls): on by default there (machine_walk). Same bits: only
+    // prefetches move. Without it the first pass fetches them all.
     const uint32_t passes = pf && pf->spread ? (n16 + 1) / 2 : 1; // the passes that advance the prefetcher
     for (uint32_t p = 0; c < n16; c += 2, ++p) {
         RowPrefetcher* const pp = p < passes ? pf : nullptr;
@@ -132,7 +132,7 @@ KVC_TARGET_AVX512 void group_piece(const uint8_t* v, uint64_t row_bytes, uint32_
 }
 
 // Pieces of kPieceKeys rows, as in AVX2 (pieces of 64 rows, which load and store the accumulators 4x less often,
-// were not faster: measured 2026-12-02). Each pass over a piece re-reads its rows from L1.
+// are not faster: measured). Each pass over a piece re-reads its rows from L1.
 template <uint32_t DT, int R>
 KVC_TARGET_AVX512 void group_values(const uint8_t* v, uint64_t row_bytes, uint32_t count, uint32_t d, uint32_t /*dq*/,
                                     float* /*wide*/, const float (*sc)[kSplitKeys], uint32_t col, SoftmaxState* st,
@@ -158,7 +158,7 @@ KVC_TARGET_AVX512 inline __m512 exp_nonpositive16(__m512 x) {
     return _mm512_maskz_mul_ps(static_cast<__mmask16>(~tiny), p, _mm512_castsi512_ps(e)); // 0 where x < kFloor
 }
 
-// Phase 3 in 16 lanes (it was 9 % of a GQA decode in cache in 8, Intel Xeon model 167, 2026-12-04), then the last 8
+// Phase 3 in 16 lanes (in 8 it takes 9 % of a GQA decode in cache on the Intel Xeon model 167 kind), then the last 8
 // keys in 8. The two halves of each 16 join the 8-lane sum one after the other: keys j .. j + 7, then j + 8 .. j + 15,
 // as the 8-lane loop adds them.
 KVC_TARGET_AVX512 __m256 exp_sum_row(float* row, uint32_t n8, float m) {

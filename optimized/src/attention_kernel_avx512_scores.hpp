@@ -9,11 +9,11 @@
 //  - row pairs (group_scores_rows): lanes 0-7 row 2p, 8-15 row 2p + 1, one key; the key's chunk is broadcast to both
 //    halves, the two rows' chunks are one plain load: per chunk, 4 K broadcasts and 4 query loads for 16 FMAs (7-8
 //    rows). Queries in pairs (group_queries).
-// On Zen 4 (2026-12-05) the 256-bit broadcast from memory of the key pairs takes a cycle of the FMA ports: a throwaway
-// loop of 16 zmm FMAs per chunk in that layout took 19.1 cycles, in row pairs 15.9 (the 128-bit K broadcasts and the
-// widenings run beside the FMAs); the kernel's GQA 8:1 step in cache 7 % faster. On cores with two 512-bit FMA units
-// (the Intel kinds) the row pairs' widenings (4 per chunk instead of 2) may cost what the broadcasts save there: not
-// measured, so those keep key pairs (set_avx512_score_row_pairs, attention_kernel.hpp).
+// On Zen 4 the 256-bit broadcast from memory of the key pairs takes a cycle of the FMA ports: a loop of 16 zmm FMAs
+// per chunk takes 19.1 cycles in that layout, 15.9 in row pairs (the 128-bit K broadcasts and the widenings run
+// beside the FMAs), and the kernel's GQA 8:1 step in cache is 7 % faster in row pairs. On cores with two 512-bit FMA
+// units (the Intel kinds) the row pairs' widenings (4 per chunk instead of 2) may cost what the broadcasts save
+// there: unmeasured, so those keep key pairs (set_avx512_score_row_pairs, attention_kernel.hpp).
 #pragma once
 
 #include "attention_kernel_x86.hpp" // the shared body, compiled for the including file's target (its macros set)

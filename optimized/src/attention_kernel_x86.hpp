@@ -105,30 +105,28 @@ KVC_KERNEL_TARGET inline __m256 exp_nonpositive(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-// The walk (WalkPlan; measured on Zen 4, 2026-12-01, docs/performance.md, "How the kernel walks the cache"):
-//  - Prefetches run 16 rows per head ahead, into L2 (prefetcht1). The same 16 rows fetched into L1 (prefetcht0), as
-//    before, read MHA at 11.8 GB/s on one thread; into L2, at 18.9. A prefetch into L1 holds one of the core's few
-//    L1 miss buffers for a whole DRAM round trip, so a deep L1 prefetch throttles itself; into L2 the requests
-//    queue where there are many more, and the demand load finds its line one short hop away. A second, near step
-//    into L1 (2 or 4 rows ahead) was slower: its own address walk costs more than the hop it saves.
+// The walk (WalkPlan; docs/performance.md, "How the kernel walks the cache"; the measurements behind each choice are
+// in docs/log/attention-kernel-notes.md):
+//  - Prefetches run 16 rows per head ahead, into L2 (prefetcht1): MHA on one Zen 4 thread reads 18.9 GB/s so, 11.8
+//    with the same rows fetched into L1 (prefetcht0). A prefetch into L1 holds one of the core's few L1 miss buffers
+//    for a whole DRAM round trip, so a deep L1 prefetch throttles itself; into L2 the requests queue where there are
+//    many more, and the demand load finds its line one short hop away. A second, near step into L1 (2 or 4 rows
+//    ahead) is slower: its own address walk costs more than the hop it saves.
 //  - Tiles of 1-3 rows (MHA decode) visit each head for at most visit_keys keys (16), then move to the next head of
 //    the call: a head's prefetcher then runs a whole round of heads ahead of its use, as it does at 16-token
-//    blocks, instead of 16 rows. 256-token blocks, MHA, one thread: 19.1 -> 23.5 GB/s (visits of 32 keys: 19.8).
-//    On the Intel Xeon kind (model 167, 2026-12-04, every step from memory) visits of 4 keys took 0.84-0.91 of the
-//    time of visits of 16 at both block sizes, on one thread and two, with the prefetch 4, 8 or 16 rows ahead;
-//    visits of 8 took 0.87-1.10. machine_walk() gives Intel cores visits of 4 (in cache they cost 18 %: each visit's
-//    V accumulators are loaded and stored 4x as often); Zen 4 and the Intel model 207 kind were not measured with
-//    them.
+//    blocks, instead of 16 rows (256-token blocks, MHA, one Zen 4 thread: 23.5 GB/s, against 19.1 for whole runs
+//    and 19.8 for visits of 32 keys). Intel cores visit 4 keys at a time (machine_walk): there, every step from
+//    memory, visits of 4 take 0.84-0.91 of the time of visits of 16, though in cache they cost 18 % (each visit's V
+//    accumulators are loaded and stored 4x as often).
 //    Tiles of 4+ rows keep whole runs: there the compute per byte is 8x larger, and shorter visits cost 5 %
 //    (more 1-key tails of the 4 x 3 score blocks). AMD cores without AVX-512 (Zen 2, Zen 3) keep whole runs for every
-//    tile: there whole runs took 0.85-0.88 of the visits' time at 256-token blocks (machine_walk,
+//    tile: there whole runs take 0.85-0.88 of the visits' time at 256-token blocks (machine_walk,
 //    attention_kernel_avx2.cpp).
 //  - Pages primed (WalkPlan::prime_kib, on for Intel cores and Zen 4): the fetch alone keeps one core at 10-11 GB/s
-//    on this walk through 4 KiB pieces, a limit of the requests one core holds open, where the hardware streams a contiguous
-//    read at 16-19. Touching the first two lines of each page far ahead starts the core's stream prefetcher on that
-//    page, which fetches the rest beside the software's requests. A throwaway program (4 KiB pieces in random order,
-//    each line fetched 32 lines ahead, 8 FMAs per line) read 8.4-8.6 GB/s, and 9.6-10.1 with each piece primed 2-6
-//    pieces ahead (Intel model 167, 2026-12-04). Same bits: only prefetches are added.
+//    on this walk through 4 KiB pieces, a limit of the requests one core holds open, where the hardware streams a
+//    contiguous read at 16-19. Touching the first two lines of each page far ahead starts the core's stream
+//    prefetcher on that page, which fetches the rest beside the software's requests. Same bits: only prefetches are
+//    added.
 constexpr WalkPlan kDefaultWalk{};
 
 
@@ -150,7 +148,7 @@ struct SpanCursor {
 // rows and the next block can be anywhere in the pool, so the hardware prefetcher cannot see ahead; this can.
 // It walks spans, not rows: inside one block a head's rows of one plane are contiguous, so a span (a block run of one
 // part) is one address computed once and a line pointer stepped 64 bytes at a time; each line is fetched once. (Row
-// by row, with the address recomputed per row, it was 8-10 % of a GQA decode's time in cache, measured 2026-12-02.)
+// by row, with the address recomputed per row, the walk takes 8-10 % of a GQA decode's time in cache: measured.)
 struct RowPrefetcher {
     const kvc_kv_layout* l = nullptr;
     const uint32_t* table = nullptr;
@@ -169,7 +167,8 @@ struct RowPrefetcher {
     uintptr_t page = 0;      // and the next address of its span to prime is this one
 
     // Every method is forced inline: a call from a kernel loop clobbers every vector register, so the caller's
-    // accumulators went to the stack around it (the calls were 12 % of an MHA decode in cache, Zen 3, 2026-12-02).
+    // accumulators would go to the stack around it (out of line, the calls take 12 % of an MHA decode in cache on
+    // Zen 3).
 
     // row c.v starts a span: where it lives, and how many rows of its part follow it in the same block (`next`: the
     // rows of the next split this walk goes on into)
@@ -218,7 +217,7 @@ struct RowPrefetcher {
     KVC_KERNEL_TARGET inline __attribute__((always_inline)) void fetch_upto(uint32_t target) {
         walk_to(near, line, n_next, target, [&](uint32_t stop, uintptr_t end) KVC_KEY_BODY {
             // the fetch enters a new page: the primer moves on. Per page, not per call: in cache the primer is pure
-            // overhead, 5 % of an MHA decode there when it ran on every call (Intel model 167, 2026-12-04).
+            // overhead, and run on every call it takes 5 % of an MHA decode there (Intel model 167).
             if (prime != 0 && ((end - 1) ^ (line - 1)) >> 12 != 0)
                 prime_upto(std::min(stop + prime, 2 * n + prime_next));
             for (; line < end; line += 64) _mm_prefetch(reinterpret_cast<const char*>(line), Hint);
@@ -255,7 +254,7 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) void dots(const float* c
                                                                 uint64_t row_bytes, uint32_t d, __m256 scale, float* out) {
     static_assert(R * KJ <= 12, "12 accumulators");
     constexpr int N = R * KJ;
-    __m256 acc[N]; // exactly N: a 16-wide array was zero-filled in memory (rep stos) wherever dots was not inlined
+    __m256 acc[N]; // exactly N: a 16-wide array is zero-filled in memory (rep stos) wherever dots is not inlined
     KVC_UNROLL for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
     const uint32_t full = d / 8, tail = d % 8;
     for (uint32_t c = 0; c < full; ++c) {
@@ -330,9 +329,10 @@ KVC_KERNEL_TARGET inline void score_run_kj(const float* const* q, const uint8_t*
     for (; i < run; ++i) score_block<DT, R, 1>(q, kp, i, row_bytes, d, scale, pf, sc, j0);
 }
 
-// The direct path's phase 1: 8 accumulators per register block (6 for 3 rows; measured faster than 12). With 32
-// registers, one row's blocks of 16 keys were 3 % faster in cache but up to 16 % slower from memory (six lines of
-// eight; Zen 4, 2026-12-04): a block's 16 rows are all in flight at once, and the prefetch moves on 16 rows at a time.
+// The direct path's phase 1: 8 accumulators per register block (6 for 3 rows; measured faster than 12). Not 16 keys
+// per block for one row, though 32 registers hold them: 3 % faster in cache, but up to 16 % slower from memory on six
+// benchmark lines of eight (Zen 4), since a block's 16 rows are all in flight at once and the prefetch moves on 16
+// rows at a time.
 template <uint32_t DT, int R>
 KVC_KERNEL_TARGET inline void score_run(const float* const* q, const uint8_t* kp, uint32_t run, uint64_t row_bytes,
                                       uint32_t d, __m256 scale, RowPrefetcher& pf, float (*sc)[kSplitKeys], uint32_t j0) {
@@ -450,12 +450,12 @@ KVC_KERNEL_TARGET void accumulate_all_live(const uint8_t* v, uint64_t row_bytes,
 }
 
 // ---- the group path (tiles of 4 or more rows in phase 1; f16/bf16 tiles of 5 or more in phase 4) ----------------
-// Measured on Zen 3 (docs/performance.md, 2026-12-01): a GQA tile of 8 rows spent half its time in phase 1, whose
-// 8 accumulators (8 rows x 1 key) left no slack over the FMA latency (16 dependent FMAs per key at d = 128), and
-// phase 4 widened every V row twice (once per half of the tile). The group path replaces both loops with the two
+// Why (measured on Zen 3, docs/log/performance-log.md): on the direct path a GQA tile of 8 rows spends half its time in phase
+// 1, whose 8 accumulators (8 rows x 1 key) leave no slack over the FMA latency (16 dependent FMAs per key at d = 128),
+// and phase 4 widens every V row twice (once per half of the tile). The group path replaces both loops with the two
 // hooks below, which each kernel defines for its registers (attention_kernel_avx2.cpp: 4 x 3 score blocks, V widened
-// once into an L1 scratch; attention_kernel_avx512.cpp: two accumulators per zmm, V straight from the cache). The
-// bits are those of the direct path: widening is exact, and each dot product and each output element keeps its own
+// once into an L1 scratch; attention_kernel_avx512.cpp: two accumulators per zmm, V straight from the cache). The bits
+// are those of the direct path: widening is exact, and each dot product and each output element keeps its own
 // accumulator and the order of its operations; only which of them share a loop changes.
 constexpr uint32_t kPieceKeys = 16;
 

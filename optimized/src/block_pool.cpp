@@ -1,6 +1,7 @@
 #include "block_pool.hpp"
 
 #include "dtype_convert.hpp"
+#include "kvcheck/reference/splitmix64.hpp"
 
 #include <malloc.h>
 #include <sys/mman.h>
@@ -29,7 +30,7 @@ void advise_huge_pages(void* p, uint64_t bytes) {
 }
 
 // Large slabs ask for transparent huge pages: a decode walks one head's rows block by block, a new 4 KiB page
-// every run, and TLB misses on those pages were what kept the prefetches from running ahead. Only the 2 MiB-aligned
+// every run, and TLB misses on those pages keep the prefetches from running ahead. Only the 2 MiB-aligned
 // middle of the slab is advised (it is malloc's memory; the ends may share pages with other chunks). Never in seal
 // mode, where mprotect works on single pages.
 void BlockPool::advise_huge_pages(void* slab, uint64_t bytes) const {
@@ -240,14 +241,7 @@ void BlockPool::poison(uint32_t id) {
 }
 
 void BlockPool::shuffle_free(uint64_t seed) {
-    uint64_t st = seed;
-    auto next = [&st] { // splitmix64: the same order on every platform
-        st += 0x9e3779b97f4a7c15ull;
-        uint64_t z = st;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-    };
+    SplitMix64 rng{seed}; // the same order on every platform
     // The free blocks are handed out in a random order: their ranks are a shuffled permutation of themselves.
     if (rank_.empty())
         for (uint32_t id = 0; id < base_.size(); ++id) rank_.push_back(id);
@@ -255,7 +249,7 @@ void BlockPool::shuffle_free(uint64_t seed) {
     std::sort(ids.begin(), ids.end());
     std::vector<uint32_t> ranks;
     for (uint32_t id : ids) ranks.push_back(rank_[id]);
-    for (size_t i = ranks.size(); i > 1; --i) std::swap(ranks[i - 1], ranks[next() % i]);
+    for (size_t i = ranks.size(); i > 1; --i) std::swap(ranks[i - 1], ranks[rng.next() % i]);
     for (size_t i = 0; i < ids.size(); ++i) rank_[ids[i]] = ranks[i];
     std::make_heap(free_.begin(), free_.end(), [this](uint32_t a, uint32_t b) { return before(a, b); });
 }

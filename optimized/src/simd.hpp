@@ -32,8 +32,8 @@ const char* kernel_isa(bool simd_allowed = true);
 
 // Put before a loop of constant trip count over an array of vector registers (accumulators, loaded chunks): GCC 12 then
 // unrolls it early enough to keep the array in registers. Without it, a loop nest around such an array (a key loop
-// with a prefetch branch, say) kept a copy of every accumulator on the stack, stored on every key: 8 stores per key
-// in the MHA V loop, which then ran at the store port's pace (measured on Zen 3, 2026-12-02).
+// with a prefetch branch, say) keeps a copy of every accumulator on the stack, stored on every key: 8 stores per key
+// in the MHA V loop, which then runs at the store port's pace (measured on Zen 3).
 #define KVC_UNROLL _Pragma("GCC unroll 16")
 
 } // namespace kvc::opt

@@ -1,28 +1,23 @@
 // Seeded weights for the reference model: platform-independent, so golden files and property seeds replay anywhere.
 #include "kvcheck/reference/model.hpp"
+#include "kvcheck/reference/splitmix64.hpp"
 
 #include <cmath>
 
 namespace kvc::ref {
 namespace {
 
-// splitmix64: tiny, well-mixed, identical on every platform.
-struct SplitMix64 {
-    uint64_t state;
-    uint64_t next() {
-        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; } // (0, 1)
+// Normal draws from splitmix64: tiny, well-mixed, identical on every platform.
+struct NormalRng {
+    SplitMix64 bits;
+    double uniform() { return (static_cast<double>(bits.next() >> 11) + 0.5) * 0x1.0p-53; } // (0, 1)
     double normal() { // Box-Muller, one value per call
         const double u1 = uniform(), u2 = uniform();
         return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925 * u2);
     }
 };
 
-Mat<double> gaussian(SplitMix64& rng, Eigen::Index rows, Eigen::Index cols, double stddev) {
+Mat<double> gaussian(NormalRng& rng, Eigen::Index rows, Eigen::Index cols, double stddev) {
     Mat<double> m(rows, cols);
     for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = rng.normal() * stddev;
     return m;
@@ -32,7 +27,7 @@ Mat<double> gaussian(SplitMix64& rng, Eigen::Index rows, Eigen::Index cols, doub
 
 Weights<double> random_weights(const ModelConfig& cfg, uint64_t seed) {
     cfg.validate();
-    SplitMix64 rng{seed};
+    NormalRng rng{{seed}};
     const Eigen::Index D = cfg.d_model, d = cfg.head_dim, q = cfg.n_q_heads * d, kv = cfg.n_kv_heads * d;
     const double in_D = 1.0 / std::sqrt(static_cast<double>(D));
     Weights<double> w;

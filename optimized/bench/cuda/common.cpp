@@ -1,6 +1,8 @@
 // Buffers, timing and the in-run baselines of the GPU benchmarks (common.hpp).
 #include "common.hpp"
 
+#include "kvcheck/reference/splitmix64.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -26,13 +28,9 @@ DeviceBuffer::~DeviceBuffer() { cudaFree(p_); }
 PinnedFloats::PinnedFloats(std::size_t count, uint64_t seed) : n_(count) {
     check(cudaMallocHost(reinterpret_cast<void**>(&p_), count * sizeof(float)), "cudaMallocHost");
     // splitmix64 per element: cheap, and the odd numerator keeps every value away from zero
-    uint64_t x = seed;
+    SplitMix64 rng{seed};
     for (std::size_t i = 0; i < count; ++i) {
-        x += 0x9E3779B97F4A7C15ull;
-        uint64_t z = x;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
+        const uint64_t z = rng.next();
         const uint32_t u = static_cast<uint32_t>(z >> 41); // 23 bits
         p_[i] = (static_cast<float>(2 * u + 1) / 8388608.0f) - 1.0f; // (2u+1)/2^23 - 1: odd/2^23, never 0
     }

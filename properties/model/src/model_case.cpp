@@ -1,4 +1,5 @@
 #include "kvcheck/model/model_case.hpp"
+#include "kvcheck/reference/splitmix64.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,13 +9,8 @@ namespace kvc::model {
 namespace {
 
 struct Rng {
-    uint64_t s;
-    uint64_t next() {
-        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
+    SplitMix64 bits;
+    uint64_t next() { return bits.next(); }
     int in(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); } // [lo, hi]
     double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
     template <typename T>
@@ -38,7 +34,7 @@ std::string list(const std::vector<int>& v) {
 } // namespace
 
 ModelCase draw_case(uint64_t seed, const kvcm_caps& caps) {
-    Rng r{seed};
+    Rng r{{seed}};
     ModelCase c;
     c.seed = seed;
     kvcm_model_desc& d = c.desc;

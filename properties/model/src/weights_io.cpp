@@ -1,4 +1,5 @@
 #include "kvcheck/model/weights_io.hpp"
+#include "kvcheck/reference/splitmix64.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -96,17 +97,10 @@ void put_matrix(std::string& out, const Matd& m) {
         for (Eigen::Index c = 0; c < m.cols(); ++c) put_f32(out, m(r, c));
 }
 
-// splitmix64, for the norm gains (the reference's own generator is private to it).
-uint64_t mix(uint64_t& s) {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-double normal(uint64_t& s) {
-    const double u1 = (static_cast<double>(mix(s) >> 11) + 0.5) * 0x1.0p-53;
-    const double u2 = (static_cast<double>(mix(s) >> 11) + 0.5) * 0x1.0p-53;
+// A normal draw (Box-Muller) for the norm gains, from a splitmix64 stream of their own.
+double normal(SplitMix64& s) {
+    const double u1 = (static_cast<double>(s.next() >> 11) + 0.5) * 0x1.0p-53;
+    const double u2 = (static_cast<double>(s.next() >> 11) + 0.5) * 0x1.0p-53;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925 * u2);
 }
 
@@ -165,7 +159,7 @@ std::string describe(const kvcm_model_desc& d) {
 
 ref::Weights<double> draw_weights(const ref::ModelConfig& cfg, uint64_t seed) {
     ref::Weights<double> w = ref::random_weights(cfg, seed);
-    uint64_t s = seed ^ 0x6E6F726D5F67616Eull; // the gains' own stream: the other entries stay the reference's
+    SplitMix64 s{seed ^ 0x6E6F726D5F67616Eull}; // the gains' own stream: the other entries stay the reference's
     auto gains = [&](ref::RowVec<double>& g) {
         for (Eigen::Index i = 0; i < g.size(); ++i) g(i) = 1.0 + 0.2 * normal(s);
     };

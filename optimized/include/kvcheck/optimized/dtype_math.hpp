@@ -1,8 +1,9 @@
 // Cache dtypes for host and device code alike: float32 <-> IEEE binary16 and bfloat16, round to nearest even,
-// NaN kept quiet, infinities kept. One bit-level definition, so the CUDA kernels store exactly the bits the CPU
-// engine (optimized/src/dtype_convert.hpp) and the reference (Eigen::half / Eigen::bfloat16) store; the CPU unit
-// test tests/cuda/test_cuda_math_host.cpp checks that against both. No intrinsics: the device compiles the same
-// integer code the host runs, so the host test exercises what the kernels do.
+// NaN kept quiet, infinities kept. The one bit-level definition of both engines (the CPU engine's
+// optimized/src/dtype_convert.hpp calls these), so the CUDA kernels store exactly the bits the CPU engine stores;
+// the reference's own conversion (Eigen::half / Eigen::bfloat16) is independent on purpose, and the unit tests
+// (tests/engine/test_dtype.cpp, tests/cuda/test_cuda_math_host.cpp) hold these to it. No intrinsics: the device
+// compiles the same integer code the host runs, so the host tests exercise what the kernels do.
 #pragma once
 
 #include "kvcheck/optimized/kv_layout.h" // KVC_HOST_DEVICE

@@ -83,8 +83,9 @@ KVC_HOST_DEVICE inline float normalize_elem(float m, float l, float o) {
 
 // into := state of (keys of into) ∪ (keys of from). Rescales both sides to the common max.
 //   from empty: into unchanged (exactly).   into empty: into := from (exactly).
-// Each case has its own loop, the operations of merge_apply: a loop that asked merge_apply per element stayed scalar
-// (GCC 12 at -O3 did not take the test out of it), and a whole GQA group's merges were 3 % of a decode step in cache.
+// Each case has its own loop, the operations of merge_apply: a loop that asks merge_apply per element stays scalar
+// (GCC 12 at -O3 does not take the test out of it), and a whole GQA group's merges then take 3 % of a decode step in
+// cache.
 KVC_HOST_DEVICE inline void state_merge(SoftmaxState& into, const SoftmaxState& from, int head_dim) {
     const MergeScales s = merge_scales(into.m, from.m);
     if (s.kind == MergeKind::KeepInto) return;
