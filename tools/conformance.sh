@@ -4,7 +4,7 @@
 #   2. run the conformance properties against every built-in implementation and print the verdict table, and
 #   3. run the model-level properties (docs/model-level.md) against our model engine and the C example.
 # Reports land in out/: conformance.json (canonical; operation level), conformance.xml (JUnit), and
-# conformance-model-ours.{json,xml}, conformance-model-example.{json,xml} (model level; "level" on every property),
+# conformance-model-engine.{json,xml}, conformance-model-example.{json,xml} (model level; "level" on every property),
 # counterexamples/ (replayable). A built-in that cannot run here (the CUDA engine without a device) is skipped with
 # the reason.
 set -uo pipefail
@@ -19,7 +19,7 @@ echo "[conformance] build/bin/kvcheck validate --builtin all (seed 20261129, 100
 build/bin/kvcheck validate --builtin all --cases 100 --seed 20261129 \
   --report out/conformance.json --junit out/conformance.xml --counterexamples out/counterexamples \
   || { rc=$?; [ $status -eq 0 ] && status=$rc; }
-for engine in ours example; do
+for engine in engine example; do
   echo
   echo "[conformance] build/bin/kvcheck validate --plugin build/lib/libkvcheck_model_${engine}_plugin.so --level model"
   build/bin/kvcheck validate --plugin "build/lib/libkvcheck_model_${engine}_plugin.so" --level model --cases 100 \
@@ -29,5 +29,5 @@ for engine in ours example; do
 done
 echo
 echo "[conformance] reports: out/conformance.json, out/conformance.xml (operation level);"
-echo "              out/conformance-model-ours.json, out/conformance-model-example.json (+ .xml; model level)"
+echo "              out/conformance-model-engine.json, out/conformance-model-example.json (+ .xml; model level)"
 exit $status

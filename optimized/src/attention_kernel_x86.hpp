@@ -3,6 +3,9 @@
 // bits. Include it after defining KVC_KERNEL_TARGET (the function attribute of that instruction set); the including
 // file defines the group path's hooks declared below (group_scores, group_query_pairs, group_values).
 // Everything is in an unnamed namespace: each translation unit gets its own copy, compiled for its own target.
+// It is one header of about 680 lines because the phases (scores, softmax state, values, merge) share the walk's
+// template state and the inlining the kernel's speed depends on; the AVX-512 score layouts, which stand alone, live
+// in attention_kernel_avx512_scores.hpp.
 //
 // Why it is shaped this way:
 //  - Each cached K/V row is widened to f32 once (F16C for f16, a shift for bf16) and used by every row of the

@@ -1,7 +1,8 @@
 // A buffer the harness lends to one plugin call, between two guard zones of a known pattern. After the call the
-// session asks what the implementation did outside what it was lent: bytes written before or past the buffer, or
-// into an input it was handed as const. Issue 13, item 4: without guards, 4 bytes written past `out` went unseen in
-// most cases and 216 bytes past `kvc_memory` (a stack struct then) in all of them.
+// call driver (call_driver.hpp) asks what the implementation did outside what it was lent: bytes written before or
+// past the buffer, or into an input it was handed as const. Without guards a stray write lands in the harness's own
+// heap or stack: a few bytes past `out` go unseen in most cases, and a plugin built against a larger `kvc_memory`
+// corrupts the caller.
 //
 // Cheap by design: it runs around every call. The payload is a copy of what the harness would have lent (inputs)
 // or NaN-filled (outputs); checking costs two comparisons of kGuardBytes and, for inputs, one of the payload.

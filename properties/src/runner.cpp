@@ -2,6 +2,7 @@
 
 #include "kvcheck/abi.hpp"
 #include "kvcheck/properties/tolerance.hpp"
+#include "kvcheck/reference/splitmix64.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -38,7 +39,7 @@ std::string case_id(const std::string& property, int index) { return property + 
 uint64_t case_seed(uint64_t run_seed, const std::string& property, int index) {
     uint64_t h = run_seed ^ 0x6b76636865636bull; // FNV-1a over the property id, mixed with the run seed and index
     for (unsigned char ch : property) h = (h ^ ch) * 0x100000001b3ull;
-    h ^= static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+    h ^= static_cast<uint64_t>(index) * kSplitMix64Gamma; // spreads consecutive indices over the whole word
     h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
     return h ^ (h >> 29);
 }

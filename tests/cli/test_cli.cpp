@@ -1,6 +1,6 @@
 // kvcheck end to end: the built binary run through the shell, its exit status, its output and the files it writes.
 // The implementations under test are the built-in example and the test doubles of tests/doubles (one shared library
-// per deliberately broken behaviour). docs/cli.md lists these tests under "tested behaviours".
+// per deliberately broken behaviour). docs/cli.md lists these tests under "Guarantees, and the test that shows each".
 #include "cli_rig.hpp"
 
 #include <gtest/gtest.h>

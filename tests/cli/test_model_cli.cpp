@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 using namespace kvc::cli_test; // cli_rig.hpp: quote, read_file, Outcome, run_kvcheck
 
 std::string lib(const std::string& name) { return std::string(KVC_LIB_DIR) + "/lib" + name + ".so"; }
-std::string ours() { return "--plugin " + quote(lib("kvcheck_model_ours_plugin")); }
+std::string model_engine() { return "--plugin " + quote(lib("kvcheck_model_engine_plugin")); }
 std::string example() { return "--plugin " + quote(lib("kvcheck_model_example_plugin")); }
 std::string model_double(const std::string& d) { return "--plugin " + quote(lib("kvcheck_model_double_" + d)); }
 
@@ -60,8 +60,8 @@ protected:
 // ---- conformant engines ----
 
 // Ours exports both tables: one run judges both levels, and the report says which level each property is of.
-TEST_F(ModelCli, OursIsConformantAtBothLevels) {
-    const Outcome r = kvcheck("validate " + ours() + " --profile core --cases 3 --report r.json");
+TEST_F(ModelCli, ModelEngineIsConformantAtBothLevels) {
+    const Outcome r = kvcheck("validate " + model_engine() + " --profile core --cases 3 --report r.json");
     EXPECT_EQ(r.rc, 0) << r.all();
     EXPECT_NE(r.out.find("overall: CONFORMANT"), std::string::npos) << r.out;
     const nlohmann::json j = report();
@@ -86,8 +86,8 @@ TEST_F(ModelCli, OursIsConformantAtBothLevels) {
     EXPECT_NE(r.out.find("model      MODEL-LOGITS"), std::string::npos) << r.out;
 }
 
-TEST_F(ModelCli, OursIsConformantAtTheModelLevelEveryProperty) {
-    const Outcome r = kvcheck("validate " + ours() + " --level model --cases 4 --report r.json");
+TEST_F(ModelCli, ModelEngineIsConformantAtTheModelLevelEveryProperty) {
+    const Outcome r = kvcheck("validate " + model_engine() + " --level model --cases 4 --report r.json");
     EXPECT_EQ(r.rc, 0) << r.all();
     const nlohmann::json j = report();
     EXPECT_EQ(j["run"]["levels"], nlohmann::json::array({"model"}));
@@ -230,7 +230,7 @@ TEST_F(ModelCli, ListShowsTheModelLevelAndWhatAPluginExports) {
     for (const char* id : {"MODEL-LOGITS", "MODEL-KV", "MODEL-CHUNK", "MODEL-FORK", "MODEL-RELEASE", "MODEL-MEMORY",
                            "MODEL-PROJECTIONS"})
         EXPECT_NE(r.out.find(id), std::string::npos) << id;
-    r = kvcheck("list " + ours());
+    r = kvcheck("list " + model_engine());
     EXPECT_EQ(r.rc, 0) << r.all();
     EXPECT_NE(r.out.find("exports: operation, model"), std::string::npos) << r.out;
     r = kvcheck("list --json " + example());

@@ -2,7 +2,7 @@
 // st::parse: header length, JSON header, dtypes, shapes, data offsets, overlaps, truncation. Contract
 // (safetensors.hpp): bad input throws st::FormatError only; an accepted file serializes to bytes that parse to
 // the same tensors.
-#include "safetensors.hpp"
+#include "kvcheck/vectors/safetensors.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // so each input is written to a scratch directory (made once per process, removed at exit) and graded.
 #pragma once
 
-#include "vectors_commands.hpp"
+#include "kvcheck/vectors/vectors.hpp"
 
 #include <cstdlib>
 #include <filesystem>

@@ -3,7 +3,7 @@
 // export the model entry (and the operation-level plugin does not), and both weight formats round-trip.
 #include "kvcheck/model/model_properties.hpp"
 #include "kvcheck/model/weights_io.hpp"
-#include "ours.hpp"
+#include "model_engine_abi.hpp"
 
 #include <gtest/gtest.h>
 
@@ -61,61 +61,61 @@ std::string safetensors_for(const kvcm_model_desc& d, uint64_t seed = 1) {
 TEST(ModelInputs, DescriptionErrorsNameTheField) {
     kvcm_model_desc d = small_desc(false);
     d.n_heads = 3; // not a multiple of n_kv_heads
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, safetensors_for(small_desc(false)),
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, safetensors_for(small_desc(false)),
                            KVC_ERR_INVALID_ARGUMENT)
                   .find("n_q_heads (3) must be a multiple of n_kv_heads (2)"),
               std::string::npos);
     d = small_desc(false);
     d.struct_size = 8;
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, "", KVC_ERR_INVALID_ARGUMENT).find("struct_size"),
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, "", KVC_ERR_INVALID_ARGUMENT).find("struct_size"),
               std::string::npos);
     d = small_desc(false);
     d.rope = 7;
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, "", KVC_ERR_INVALID_ARGUMENT).find("rope 7"),
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, "", KVC_ERR_INVALID_ARGUMENT).find("rope 7"),
               std::string::npos);
     d = small_desc(false);
     d.rms_eps = 0;
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, "", KVC_ERR_INVALID_ARGUMENT).find("rms_eps"),
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, "", KVC_ERR_INVALID_ARGUMENT).find("rms_eps"),
               std::string::npos);
 }
 
 TEST(ModelInputs, SafetensorsErrorsNameTheTensor) {
     const kvcm_model_desc d = small_desc(false);
     const std::string good = safetensors_for(d);
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, good.substr(0, 5), KVC_ERR_INVALID_ARGUMENT)
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, good.substr(0, 5), KVC_ERR_INVALID_ARGUMENT)
                   .find("shorter than the 8-byte header length"),
               std::string::npos);
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, good.substr(0, good.size() - 4),
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, good.substr(0, good.size() - 4),
                            KVC_ERR_INVALID_ARGUMENT)
                   .find("lm_head.weight\": data_offsets"),
               std::string::npos)
         << "the last tensor runs past the truncated data";
     std::string garbage = good;
     garbage[8] = '!';
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, garbage, KVC_ERR_INVALID_ARGUMENT)
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, garbage, KVC_ERR_INVALID_ARGUMENT)
                   .find("not a JSON object"),
               std::string::npos);
     std::string huge = good;
     huge[7] = '\x7f';
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, huge, KVC_ERR_INVALID_ARGUMENT)
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, huge, KVC_ERR_INVALID_ARGUMENT)
                   .find("runs past the end of the file"),
               std::string::npos);
     // weights of another shape: the description says hidden_dim 12, the file has 13
     kvcm_model_desc wider = d;
     wider.hidden_dim = 13;
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, safetensors_for(wider), KVC_ERR_INVALID_ARGUMENT)
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, safetensors_for(wider), KVC_ERR_INVALID_ARGUMENT)
                   .find("\"model.layers.0.mlp.gate_proj.weight\" is [13, 8], the description needs [12, 8]"),
               std::string::npos);
     // tied and separate mixed up, both ways
-    EXPECT_NE(create_error(kvcm_ours_entry, small_desc(true), KVCM_WEIGHTS_SAFETENSORS, good, KVC_ERR_INVALID_ARGUMENT)
+    EXPECT_NE(create_error(kvcm_model_engine_entry, small_desc(true), KVCM_WEIGHTS_SAFETENSORS, good, KVC_ERR_INVALID_ARGUMENT)
                   .find("\"lm_head.weight\" is not part of this model (the description says the classifier is tied)"),
               std::string::npos);
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, safetensors_for(small_desc(true)),
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, safetensors_for(small_desc(true)),
                            KVC_ERR_INVALID_ARGUMENT)
                   .find("\"lm_head.weight\" is missing"),
               std::string::npos);
     // the other format is refused by name
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_FLAT_F32, good, KVC_ERR_UNSUPPORTED).find("safetensors only"),
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_FLAT_F32, good, KVC_ERR_UNSUPPORTED).find("safetensors only"),
               std::string::npos);
 }
 
@@ -152,11 +152,11 @@ TEST(ModelInputs, WeightsFromAFile) {
         std::ofstream f(path, std::ios::binary);
         f << bytes;
     }
-    const ModelTarget t = ModelTarget::from_entry(kvcm_ours_entry);
+    const ModelTarget t = ModelTarget::from_entry(kvcm_model_engine_entry);
     Model m(t, d, KVCM_WEIGHTS_SAFETENSORS, "", path);
     EXPECT_EQ(m.forward(0, {1, 2, 3}).size(), 11u);
     std::remove(path.c_str());
-    EXPECT_NE(create_error(kvcm_ours_entry, d, KVCM_WEIGHTS_SAFETENSORS, "", KVC_ERR_INVALID_ARGUMENT, path)
+    EXPECT_NE(create_error(kvcm_model_engine_entry, d, KVCM_WEIGHTS_SAFETENSORS, "", KVC_ERR_INVALID_ARGUMENT, path)
                   .find("cannot be opened"),
               std::string::npos);
     EXPECT_NE(create_error(kvcm_model_example_entry, small_desc(true), KVCM_WEIGHTS_FLAT_F32, "",
@@ -201,15 +201,15 @@ TEST(ModelInputs, FlatCheckpointLayout) {
 }
 
 TEST(ModelInputs, LoadableModulesExportTheModelEntry) {
-    for (const char* so : {KVCHECK_MODEL_OURS_SO, KVCHECK_MODEL_EXAMPLE_SO}) {
+    for (const char* so : {KVCHECK_MODEL_ENGINE_SO, KVCHECK_MODEL_EXAMPLE_SO}) {
         EXPECT_TRUE(ModelTarget::library_exports_model_entry(so)) << so;
         const ModelTarget t = ModelTarget::from_library(so);
         EXPECT_FALSE(t.name().empty());
         EXPECT_EQ(run_model_property(t, "MODEL-LOGITS", 7, 3).verdict, Verdict::Pass) << so;
     }
     EXPECT_FALSE(ModelTarget::library_exports_model_entry(KVCHECK_OP_PLUGIN_SO)) << "an operation-level plugin only";
-    // ours exports both levels from one library; the C example only the model level
-    void* both = dlopen(KVCHECK_MODEL_OURS_SO, RTLD_NOW | RTLD_LOCAL);
+    // our model engine exports both levels from one library; the C example only the model level
+    void* both = dlopen(KVCHECK_MODEL_ENGINE_SO, RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(both, nullptr);
     EXPECT_NE(dlsym(both, KVC_ENTRY_SYMBOL), nullptr);
     dlclose(both);
@@ -251,7 +251,7 @@ TEST(ModelInputs, TablesThatDeclareWhatTheyLackAreRefused) {
 // A forward outside what is held is refused with a message, and the model stays usable.
 TEST(ModelInputs, BadCallsAreErrorsNotCrashes) {
     const kvcm_model_desc d = small_desc(false);
-    for (kvcm_entry_fn entry : {kvcm_ours_entry, kvcm_model_example_entry}) {
+    for (kvcm_entry_fn entry : {kvcm_model_engine_entry, kvcm_model_example_entry}) {
         const ModelTarget t = ModelTarget::from_entry(entry);
         const auto cfg = config_of(d);
         const auto w = draw_weights(cfg, 2);

@@ -2,7 +2,7 @@
 // rest is NOT_SUPPORTED, with the reason), each broken double fails the property that names its bug. Fixed seeds;
 // KVCHECK_MODEL_SEED=N replays another run (the seed is printed), KVCHECK_MODEL_CASES=N changes the case count.
 #include "kvcheck/model/model_properties.hpp"
-#include "ours.hpp"
+#include "model_engine_abi.hpp"
 
 #include <gtest/gtest.h>
 
@@ -65,14 +65,14 @@ void expect_fail(kvcm_entry_fn entry, const std::string& id, int n) {
     EXPECT_EQ(again.message, r.message);
 }
 
-// ---- ours: ModelEngine over the paged CPU cache ----
-TEST(ModelLevelOurs, Logits) { expect_pass(kvcm_ours_entry, "MODEL-LOGITS", 200); }
-TEST(ModelLevelOurs, Chunk) { expect_pass(kvcm_ours_entry, "MODEL-CHUNK", 100); }
-TEST(ModelLevelOurs, Fork) { expect_pass(kvcm_ours_entry, "MODEL-FORK", 100); }
-TEST(ModelLevelOurs, Release) { expect_pass(kvcm_ours_entry, "MODEL-RELEASE", 100); }
-TEST(ModelLevelOurs, Memory) { expect_pass(kvcm_ours_entry, "MODEL-MEMORY", 100); }
-TEST(ModelLevelOurs, Projections101Not5049) { expect_pass(kvcm_ours_entry, "MODEL-PROJECTIONS", 3); }
-TEST(ModelLevelOurs, KvNotSupported) { expect_not_supported(kvcm_ours_entry, "MODEL-KV", "read back"); }
+// ---- our model engine: ModelEngine over the paged CPU cache ----
+TEST(ModelLevelEngine, Logits) { expect_pass(kvcm_model_engine_entry, "MODEL-LOGITS", 200); }
+TEST(ModelLevelEngine, Chunk) { expect_pass(kvcm_model_engine_entry, "MODEL-CHUNK", 100); }
+TEST(ModelLevelEngine, Fork) { expect_pass(kvcm_model_engine_entry, "MODEL-FORK", 100); }
+TEST(ModelLevelEngine, Release) { expect_pass(kvcm_model_engine_entry, "MODEL-RELEASE", 100); }
+TEST(ModelLevelEngine, Memory) { expect_pass(kvcm_model_engine_entry, "MODEL-MEMORY", 100); }
+TEST(ModelLevelEngine, Projections101Not5049) { expect_pass(kvcm_model_engine_entry, "MODEL-PROJECTIONS", 3); }
+TEST(ModelLevelEngine, KvNotSupported) { expect_not_supported(kvcm_model_engine_entry, "MODEL-KV", "read back"); }
 
 // ---- the C example: one token per step, a fixed [layer][pos][kv_dim] cache ----
 TEST(ModelLevelExample, Logits) { expect_pass(kvcm_model_example_entry, "MODEL-LOGITS", 200); }
@@ -87,7 +87,7 @@ TEST(ModelLevelExample, ForkNotSupported) {
 
 // ---- the bound holds for honest f32 engines on 1,000 configs each ----
 TEST(ModelLevelBound, HonestEnginesPassAThousandConfigs) {
-    expect_pass(kvcm_ours_entry, "MODEL-LOGITS", 1000);
+    expect_pass(kvcm_model_engine_entry, "MODEL-LOGITS", 1000);
     expect_pass(kvcm_model_example_entry, "MODEL-LOGITS", 1000);
 }
 

@@ -53,6 +53,7 @@ inline void register_unavailable(const Builtin& b, const std::string& why) {
 
 inline std::vector<std::string> implementation_names() {
     std::vector<std::string> names;
+    use_compiled_builtins();
     for (const Builtin& b : builtins()) {
         const std::string why = unavailable_reason(b);
         if (why.empty()) names.push_back(b.name);
@@ -63,6 +64,7 @@ inline std::vector<std::string> implementation_names() {
 }
 
 inline prop::Target load_implementation(const std::string& name) {
+    use_compiled_builtins();
     if (const Builtin* b = find_builtin(name)) return prop::target_from_entry(b->entry, "builtin:" + name);
     return prop::load_plugin(double_path(name.substr(std::string("double-").size())));
 }

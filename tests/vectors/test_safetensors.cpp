@@ -1,6 +1,6 @@
 // The safetensors reader and writer of tools/kvcheck on crafted bytes: what it writes it reads back, and every
 // malformed file is refused with the file's name and the problem in the message.
-#include "safetensors.hpp"
+#include "kvcheck/vectors/safetensors.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

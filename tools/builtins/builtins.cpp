@@ -10,9 +10,7 @@ extern "C" const char* kvc_cuda_engine_unavailable(void);
 
 namespace kvc {
 
-namespace {
-
-const std::vector<Builtin>& compiled() {
+const std::vector<Builtin>& compiled_builtins() {
     static const std::vector<Builtin> list = {
         {"example", "tools/example_plugin: textbook contiguous cache in C, loop attention", kvc_example_entry},
         {"cpu", "optimized/: paged CPU engine, f32/f16/bf16, GQA, RoPE, fork, batching", kvc_cpu_engine_entry},
@@ -25,23 +23,6 @@ const std::vector<Builtin>& compiled() {
 #endif
     };
     return list;
-}
-
-} // namespace
-
-// Every built-in compiled in, whether or not it can run here: callers ask unavailable_reason() and skip with it.
-const std::vector<Builtin>& builtins() { return compiled(); }
-
-std::string unavailable_reason(const Builtin& b) {
-    if (b.unavailable == nullptr) return "";
-    const char* why = b.unavailable();
-    return why ? why : "";
-}
-
-const Builtin* find_builtin(const std::string& name) {
-    for (const Builtin& b : builtins())
-        if (b.name == name) return &b;
-    return nullptr;
 }
 
 } // namespace kvc

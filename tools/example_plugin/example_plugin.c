@@ -3,6 +3,7 @@
  *
  * This is the "how to plug in" example. It is written to be read, not to be fast: if you are connecting your own
  * cache to kvcheck, this file shows every obligation the ABI puts on you, each in the simplest form we could find.
+ * It is one file of about 550 lines on purpose: a plugin author reads it top to bottom and copies it whole.
  *
  * The design in five lines:
  *  - Storage is two arrays, K and V, each laid out [seq][layer][pos][kv_head][dim] and allocated once, zeroed,

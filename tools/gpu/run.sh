@@ -11,8 +11,8 @@
 #   5. kvcheck validate --builtin cuda, every property, KVCHECK_GPU_CASES (200) cases each: NO-Q and MEMORY alone
 #      (the device-memory watch reads the whole device's free memory, so nothing else may run beside them), then
 #      the other properties in parallel shards; JSON and JUnit reports per shard. Last, because its time is the
-#      least predictable (each case is a process of its own and pays for a CUDA context: about 0.2-0.34 s on the
-#      H200 machine of 2026-12-04, so 200 cases of every property need about 450 s): a cap cuts it, nothing else
+#      least predictable (each case is a process of its own and pays for a CUDA context: about 0.2-0.34 s on an
+#      H200 (docs/gpu.md), so 200 cases of every property need about 450 s): a cap cuts it, nothing else
 #   then a summary table, LAST.
 # Every output is written under the results folder (KVCHECK_GPU_RESULTS, default ./results next to this file);
 # when $OUT is set (the GPU machine's return folder) the summary, the benchmark JSON and a tarball of everything

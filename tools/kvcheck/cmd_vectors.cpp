@@ -3,7 +3,7 @@
 // options. docs/vectors.md specifies the files.
 #include "commands.hpp"
 
-#include "vectors_commands.hpp"
+#include "kvcheck/vectors/vectors.hpp"
 
 #include "kvcheck/harness/selection.hpp"
 

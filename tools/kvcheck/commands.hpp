@@ -15,8 +15,8 @@ namespace kvc::cli {
 // The exit codes (docs/cli.md) are the harness's: every front end returns the same ones.
 using namespace kvc::harness;
 
-// The check of every option that names a file or directory: an empty path is refused (exit 2). Before it, `--report
-// ''` meant "no report" without a word, `--counterexamples ''` failed only after the run, `--caps ''` meant none.
+// The check of every option that names a file or directory: an empty path is refused (exit 2), because an empty
+// value would otherwise mean something else per option ("no report", a failure only after the run, "no caps").
 inline CLI::Validator path_given() {
     return CLI::Validator([](std::string& s) { return s.empty() ? std::string("an empty path") : std::string(); },
                           "", "PATH");

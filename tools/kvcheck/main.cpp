@@ -1,5 +1,6 @@
 // kvcheck: conformance of KV-cache implementations against the reference. See docs/cli.md.
 #include "commands.hpp"
+#include "kvcheck/builtins.hpp"
 #include "kvcheck/harness/child.hpp"
 
 #include "kvcheck/properties/heap.hpp"
@@ -67,6 +68,7 @@ std::string unknown_subcommand(const CLI::App& app, int argc, char** argv) {
 
 int main(int argc, char** argv) {
     restart_with_exact_heap_accounting(argv);
+    kvc::use_compiled_builtins(); // before an exec-isolation child looks one up
     // A case process of exec isolation (isolate.hpp): kvcheck's own, started by validate or replay.
     if (argc == 2 && std::string(argv[1]) == kvc::harness::kExecChildCommand) kvc::harness::exec_child_main();
     CLI::App app{"kvcheck " KVCHECK_VERSION " - verified reference and conformance suite for transformer KV caches"};

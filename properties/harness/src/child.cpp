@@ -4,7 +4,7 @@
 #include "kvcheck/model/model_properties.hpp"
 #include "kvcheck/model/model_target.hpp"
 
-#include "kvcheck/builtins.hpp"
+#include "kvcheck/harness/builtins.hpp"
 #include "kvcheck/properties/runner.hpp"
 
 #include <dlfcn.h>

@@ -5,7 +5,7 @@
 #include "kvcheck/harness/input_file.hpp"
 #include "kvcheck/harness/vocabulary.hpp"
 
-#include "kvcheck/builtins.hpp"
+#include "kvcheck/harness/builtins.hpp"
 #include "kvcheck/properties/sanitizers.hpp"
 
 #include <cctype>

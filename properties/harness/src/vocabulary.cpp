@@ -48,7 +48,7 @@ const std::vector<Word>& precision_words() {
 const std::vector<Word>& memory_space_words() {
     static const std::vector<Word> w = {
         {KVC_MEMORY_HOST, "host", "the cache lives in host memory (NO-Q watches the heap)"},
-        {KVC_MEMORY_DEVICE, "device", "the cache lives in device memory (NO-Q watches the host heap only, so far)"},
+        {KVC_MEMORY_DEVICE, "device", "the cache lives in device memory (NO-Q and MEMORY watch device memory through the CUDA runtime)"},
     };
     return w;
 }

@@ -57,7 +57,7 @@ double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, 
 // declared pipeline's RoPE stage (KVC_ROUND_*). A rotation in f32 (the default) may differ from the exact one by an
 // f32 rotation's error E, and is then rounded to nearest even: rounding being monotone, `got` must lie between the
 // roundings of rotated - E and rotated + E. A cache that truncates, or rounds twice, leaves that interval even at
-// position 0, where the rotation is exact (a within-two-units bound let bf16 truncation pass, 2026-12-05). A
+// position 0, where the rotation is exact (a looser within-two-units bound would let bf16 truncation pass). A
 // rotation declared in 16 bits (cos, sin or the products rounded) gets stored_key_bound, two units of the dtype.
 bool stored_key_acceptable(const CaseConfig& cfg, uint32_t rope_stage, const float* k_in, uint32_t pos,
                            uint32_t element, float rotated, float got);

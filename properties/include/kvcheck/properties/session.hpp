@@ -3,7 +3,9 @@
 // touches an implementation; every property is a choice of checks plus a generator (properties.hpp).
 #pragma once
 
+#include "kvcheck/properties/cache_model.hpp"
 #include "kvcheck/properties/case.hpp"
+#include "kvcheck/properties/mismatch.hpp"
 #include "kvcheck/properties/target.hpp"
 
 #include <map>
@@ -14,32 +16,6 @@
 #include <vector>
 
 namespace kvc::prop {
-
-// Where a property was violated, in logical coordinates. Fields that do not apply stay at -1 / NaN.
-struct Mismatch {
-    int op = -1, seq = -1, layer = -1, pos = -1, head = -1, dim = -1;
-    std::string what; // "output", "k", "v", "live_bytes", ...
-    double expected = 0, actual = 0;
-    std::string describe() const;
-};
-
-// What EQUIV adds to a failure when a row read back differs from the appended one rounded to the cache dtype (the
-// first such element): the oracle attends the rows as they should be stored, so the storage explains the error
-// better than any narrower pipeline would (a cache storing f16 through bf16 was told "q rounded to f16").
-std::string storage_error_clause(uint32_t cache_dtype, const Mismatch& first);
-
-// Thrown by a check; the runner turns it into a FAIL verdict of `property`.
-class Violation : public std::runtime_error {
-public:
-    Violation(std::string property, const std::string& reason, Mismatch m)
-        : std::runtime_error(reason), property_(std::move(property)), mismatch_(std::move(m)) {}
-    const std::string& property() const { return property_; }
-    const Mismatch& mismatch() const { return mismatch_; }
-
-private:
-    std::string property_;
-    Mismatch mismatch_;
-};
 
 struct Checks {
     std::string property;          // the ID a violation is reported under
@@ -100,18 +76,11 @@ private:
 // kvc::AbiError when a call returns an error.
 RunResult run_script(const Target& target, const Case& c, const Checks& checks, QueryVariant variant = {});
 
-// Deterministic inputs: element idx of q (which 0), k (1) or v (2) of token tok appended to seq in layer by op.
-// Roughly N(0, 1). The query stream `qstream` lets NO-Q vary queries while keeping K and V.
-float input_value(uint64_t seed, uint32_t op, uint32_t seq, uint32_t layer, uint32_t tok, uint32_t which,
-                  uint32_t idx, uint32_t qstream = 0);
-
 // Slack for bookkeeping the allocator may show beyond reported storage (handles, small tables), after create.
 constexpr int64_t kHeapSlackBytes = 32 * 1024;
 // The most a cache may hold besides K/V storage, constant from create on: kvc_memory.workspace_bytes plus what an
 // ABI 1.0 plugin allocates in create() without reporting it.
 constexpr uint64_t kMaxWorkspaceBytes = 256ull << 20;
-// The value of every K and V element of an extreme (stale-slot trap) row, with a drawn sign.
-constexpr float kExtremeValue = 16384.0f;
 // A call whose oracle cost n_new * T * n_q_heads * head_dim exceeds this is graded on a sample of rows.
 constexpr uint64_t kFullGradeCost = 1ull << 21;
 constexpr uint32_t kSampledRows = 8; // rows drawn from the seed besides the fixed ones

@@ -1,28 +1,18 @@
-// The implementations linked into this build, by name. Each is reached only through its ABI entry function, exactly
-// as a plugin loaded from a shared library would be.
+// The implementations linked into this build (the example plugin, the CPU engine, the CUDA engine when built), for
+// the harness's registry of built-ins (kvcheck/harness/builtins.hpp). The CLI and the property tests both take
+// their list from here, so a new engine is certified by adding one line to builtins.cpp.
 #pragma once
 
-#include "kvcheck/abi.h"
+#include "kvcheck/harness/builtins.hpp"
 
-#include <string>
 #include <vector>
 
 namespace kvc {
 
-struct Builtin {
-    std::string name;        // what `kvcheck validate --builtin NAME` takes
-    std::string description; // one line for `kvcheck list`
-    kvc_entry_fn entry;
-    // NULL when the implementation can always run. Otherwise a probe: NULL when it can run on this machine, else why
-    // not, in words (the CUDA engine without a usable device: the CUDA error). Callers skip it with that reason:
-    // never a failure, never a pass.
-    const char* (*unavailable)() = nullptr;
-};
+// Every built-in compiled in, whether or not it can run here: callers ask unavailable_reason() and skip with it.
+const std::vector<Builtin>& compiled_builtins();
 
-// Why b cannot run here, or "" when it can.
-std::string unavailable_reason(const Builtin& b);
-
-const std::vector<Builtin>& builtins();
-const Builtin* find_builtin(const std::string& name); // nullptr when unknown
+// Registers compiled_builtins() with the harness; call before loading any subject.
+inline void use_compiled_builtins() { register_builtins(compiled_builtins()); }
 
 } // namespace kvc

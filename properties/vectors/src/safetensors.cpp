@@ -1,4 +1,4 @@
-#include "safetensors.hpp"
+#include "kvcheck/vectors/safetensors.hpp"
 
 #include "kvcheck/harness/input_file.hpp"
 #include "kvcheck/harness/report.hpp"
@@ -36,12 +36,6 @@ const DTypeInfo& info(DType t) {
     return kDTypes[0];
 }
 
-std::string shape_text(const std::vector<uint64_t>& shape) {
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + "]";
-}
-
 // Element count times element size, or nullopt on overflow.
 std::optional<uint64_t> byte_size(const std::vector<uint64_t>& shape, std::size_t element) {
     uint64_t n = element;
@@ -66,6 +60,13 @@ struct Entry {
 };
 
 } // namespace
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
 
 const char* dtype_name(DType t) { return info(t).name; }
 std::size_t dtype_size(DType t) { return info(t).size; }

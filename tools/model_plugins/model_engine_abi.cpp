@@ -7,7 +7,7 @@
 //    kv_projections). A sharing fork needs ModelEngine::fork (cache_.fork) in optimized/.
 //  - read_kv is not declared: ModelEngine does not expose its cache either.
 //  - forward returns the last token's logits only (ModelEngine::forward's contract): no KVCM_FEATURE_ALL_LOGITS.
-#include "ours.hpp"
+#include "model_engine_abi.hpp"
 
 #include "kvcheck/abi.hpp"
 #include "kvcheck/model/weights_io.hpp"
@@ -59,7 +59,7 @@ kvc_status guarded(std::string& error, F&& f) {
 
 uint32_t dtype_size(uint32_t dtype) { return dtype == KVC_DTYPE_F32 ? 4 : 2; }
 
-void ours_get_caps(kvcm_caps* out) {
+void engine_get_caps(kvcm_caps* out) {
     kvcm_caps c{};
     c.struct_size = sizeof c;
     c.features = KVCM_FEATURE_PROMPT | KVCM_FEATURE_CHUNKED | KVCM_FEATURE_FORK | KVCM_FEATURE_RELEASE |
@@ -79,7 +79,7 @@ void ours_get_caps(kvcm_caps* out) {
     *out = c;
 }
 
-kvc_status ours_create(const kvcm_model_desc* desc, const kvcm_weights* wt, kvcm_model** out) {
+kvc_status engine_create(const kvcm_model_desc* desc, const kvcm_weights* wt, kvcm_model** out) {
     if (desc == nullptr || wt == nullptr || out == nullptr || wt->struct_size < sizeof(kvcm_weights)) {
         g_create_error = "create: a NULL argument or a weights struct_size below ABI 1.0";
         return KVC_ERR_INVALID_ARGUMENT;
@@ -115,9 +115,9 @@ kvc_status ours_create(const kvcm_model_desc* desc, const kvcm_weights* wt, kvcm
     return KVC_OK;
 }
 
-void ours_destroy(kvcm_model* m) { delete m; }
+void engine_destroy(kvcm_model* m) { delete m; }
 
-const char* ours_last_error(const kvcm_model* m) { return m ? m->error.c_str() : g_create_error.c_str(); }
+const char* engine_last_error(const kvcm_model* m) { return m ? m->error.c_str() : g_create_error.c_str(); }
 
 bool known_seq(kvcm_model* m, uint32_t seq, const char* what) {
     if (seq < m->history.size()) return true;
@@ -126,7 +126,7 @@ bool known_seq(kvcm_model* m, uint32_t seq, const char* what) {
     return false;
 }
 
-kvc_status ours_forward(kvcm_model* m, uint32_t seq, uint32_t n, const int32_t* tokens, float* logits) {
+kvc_status engine_forward(kvcm_model* m, uint32_t seq, uint32_t n, const int32_t* tokens, float* logits) {
     if (!known_seq(m, seq, "forward")) return KVC_ERR_INVALID_ARGUMENT;
     if (n == 0 || tokens == nullptr || logits == nullptr) {
         m->error = "forward: no tokens or a NULL buffer";
@@ -141,7 +141,7 @@ kvc_status ours_forward(kvcm_model* m, uint32_t seq, uint32_t n, const int32_t* 
     });
 }
 
-kvc_status ours_fork(kvcm_model* m, uint32_t parent, uint32_t child) {
+kvc_status engine_fork(kvcm_model* m, uint32_t parent, uint32_t child) {
     if (!known_seq(m, parent, "fork") || !known_seq(m, child, "fork")) return KVC_ERR_INVALID_ARGUMENT;
     if (m->history[parent].empty() || !m->history[child].empty() || parent == child) {
         m->error = "fork: the parent must hold tokens and the child none";
@@ -153,7 +153,7 @@ kvc_status ours_fork(kvcm_model* m, uint32_t parent, uint32_t child) {
     });
 }
 
-kvc_status ours_release(kvcm_model* m, uint32_t seq) {
+kvc_status engine_release(kvcm_model* m, uint32_t seq) {
     if (!known_seq(m, seq, "release")) return KVC_ERR_INVALID_ARGUMENT;
     if (m->history[seq].empty()) {
         m->error = "release: sequence " + std::to_string(seq) + " holds no token";
@@ -165,7 +165,7 @@ kvc_status ours_release(kvcm_model* m, uint32_t seq) {
     });
 }
 
-kvc_status ours_memory(kvcm_model* m, kvcm_memory* out) {
+kvc_status engine_memory(kvcm_model* m, kvcm_memory* out) {
     if (out == nullptr || out->struct_size < sizeof(kvcm_memory)) {
         m->error = "memory: NULL or a struct_size below ABI 1.0";
         return KVC_ERR_INVALID_ARGUMENT;
@@ -179,19 +179,19 @@ kvc_status ours_memory(kvcm_model* m, kvcm_memory* out) {
     });
 }
 
-kvc_status ours_kv_projections(kvcm_model* m, uint64_t* out) {
+kvc_status engine_kv_projections(kvcm_model* m, uint64_t* out) {
     if (out == nullptr) return KVC_ERR_INVALID_ARGUMENT;
     *out = static_cast<uint64_t>(m->engine->kv_projections());
     return KVC_OK;
 }
 
-const kvcm_model_api kOursApi = {sizeof(kvcm_model_api), KVCM_ABI_VERSION_MAJOR, KVCM_ABI_VERSION_MINOR,
-                                 "ours-cpu-model", "1.0", ours_get_caps, ours_create, ours_destroy, ours_last_error,
-                                 ours_forward, nullptr /* read_kv */, ours_fork, ours_release, ours_memory,
-                                 ours_kv_projections};
+const kvcm_model_api kModelEngineApi = {sizeof(kvcm_model_api), KVCM_ABI_VERSION_MAJOR, KVCM_ABI_VERSION_MINOR,
+                                        "kvcheck-cpu-model-engine", "1.0", engine_get_caps, engine_create,
+                                        engine_destroy, engine_last_error, engine_forward, nullptr /* read_kv */,
+                                        engine_fork, engine_release, engine_memory, engine_kv_projections};
 
 } // namespace
 
-extern "C" const kvcm_model_api* kvcm_ours_entry(uint32_t harness_abi_major, uint32_t /*harness_abi_minor*/) {
-    return harness_abi_major == KVCM_ABI_VERSION_MAJOR ? &kOursApi : nullptr;
+extern "C" const kvcm_model_api* kvcm_model_engine_entry(uint32_t harness_abi_major, uint32_t /*harness_abi_minor*/) {
+    return harness_abi_major == KVCM_ABI_VERSION_MAJOR ? &kModelEngineApi : nullptr;
 }

@@ -19,6 +19,7 @@ enum class DType { BOOL, U8, I8, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F
 const char* dtype_name(DType t);                          // "F32", "BF16", ...
 std::optional<DType> dtype_from_name(const std::string& s); // nullopt for anything else
 std::size_t dtype_size(DType t);                          // bytes per element
+std::string shape_text(const std::vector<uint64_t>& shape); // "[2, 8, 64]"
 
 // The header may not be larger than this (the reference reader's limit).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;

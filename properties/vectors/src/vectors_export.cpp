@@ -1,13 +1,13 @@
 // kvcheck export: conformance cases written as files. For every case: the inputs of every call (safetensors), and
 // apart from them what a correct cache must produce (the long double oracle's outputs, per-row tolerance bounds,
 // the rows it must store, the live bytes after every step). Deterministic: same options, same bytes.
-#include "vectors_commands.hpp"
+#include "kvcheck/vectors/vectors.hpp"
 
-#include "commands.hpp"
+#include "kvcheck/harness/errors.hpp"
 #include "kvcheck/harness/input_file.hpp"
-#include "safetensors.hpp"
-#include "vectors_caps.hpp"
-#include "vectors_model.hpp"
+#include "kvcheck/vectors/safetensors.hpp"
+#include "kvcheck/vectors/caps.hpp"
+#include "kvcheck/vectors/model.hpp"
 
 #include "kvcheck/abi.hpp"
 #include "kvcheck/properties/oracle.hpp"
@@ -31,10 +31,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-st::DType cache_st_dtype(uint32_t dtype) {
-    return dtype == KVC_DTYPE_F32 ? st::DType::F32 : dtype == KVC_DTYPE_F16 ? st::DType::F16 : st::DType::BF16;
-}
-
 int dtype_from_word(const std::string& w) {
     for (uint32_t d = 0; d < 3; ++d)
         if (w == dtype_name(d)) return static_cast<int>(d);
@@ -49,12 +45,6 @@ void maybe_killed_before_manifest() {
 }
 
 std::string step_name(size_t i, const char* what) { return "step" + std::to_string(i) + "." + what; }
-
-// The harness's model of one (sequence, layer) while exporting: the stored rows widened to float.
-struct Stream {
-    uint32_t len = 0;
-    std::vector<float> k, v; // [len][Hkv*d]
-};
 
 struct Written {
     nlohmann::json entry;  // the case in manifest.json
@@ -73,8 +63,7 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
     w.inputs.metadata = {{"format", "kvcheck-vectors-inputs"}, {"case", id}};
     w.expected.metadata = {{"format", "kvcheck-vectors-expected"}, {"case", id}};
 
-    std::vector<std::vector<Stream>> streams(cfg.max_seqs, std::vector<Stream>(cfg.n_layers));
-    std::vector<std::vector<uint32_t>> lengths(cfg.max_seqs, std::vector<uint32_t>(cfg.n_layers, 0));
+    prop::CacheModel model(cfg); // the rows each (seq, layer) must hold after each step
     nlohmann::json steps = nlohmann::json::array(), expected_steps = nlohmann::json::array();
     const std::vector<Step> expanded = expand_steps(c);
     for (size_t i = 0; i < expanded.size(); ++i) {
@@ -82,7 +71,7 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
         steps.push_back(step_json(step, i));
         nlohmann::json ej = {{"step", i}};
         if (step.appends()) {
-            const StepInputs in = step_inputs(c, step);
+            const AppendInputs in = step_inputs(c, step);
             const uint64_t n = step.n_new;
             st::put_f32(w.inputs.add(step_name(i, "q"), st::DType::F32, {n, Hq, d}), in.q.data(), in.q.size());
             st::put_f32(w.inputs.add(step_name(i, "k"), st::DType::F32, {n, Hkv, d}), in.k.data(), in.k.size());
@@ -97,17 +86,13 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
                 const float* q = in.q.data() + sl.token_begin * Hq * d;
                 const float* k = in.k.data() + sl.token_begin * Hkv * d;
                 const float* v = in.v.data() + sl.token_begin * Hkv * d;
-                const StoredRows r = expected_new_rows(cfg, sl, k, v);
-                Stream& strm = streams[sl.seq][step.layer];
-                strm.k.insert(strm.k.end(), r.k.begin(), r.k.end());
-                strm.v.insert(strm.v.end(), r.v.begin(), r.v.end());
-                strm.len += sl.n_new;
-                lengths[sl.seq][step.layer] = strm.len;
+                const StoredRows r = model.store_expected(sl.seq, step.layer, sl.n_new, k, v);
+                const prop::CacheModel::Stream& strm = model.stream(sl.seq, step.layer);
                 k_bits.insert(k_bits.end(), r.k_bits.begin(), r.k_bits.end());
                 v_bits.insert(v_bits.end(), r.v_bits.begin(), r.v_bits.end());
                 rows.push_back(strm.len);
                 if (sl.n_new == 0) continue;
-                const prop::Expected e = prop::expect_outputs(cfg, q, sl.n_new, strm.k, strm.v, strm.len);
+                const prop::Expected e = prop::expect_outputs(cfg, q, sl.n_new, strm.k_eff, strm.v_eff, strm.len);
                 oracle.insert(oracle.end(), e.oracle.begin(), e.oracle.end());
                 v_scale.insert(v_scale.end(), e.v_scale.begin(), e.v_scale.end());
                 const RowBounds bounds = row_bounds(cfg, e);
@@ -127,25 +112,19 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
             // an append gives the length of its (seq, layer); a batch one length per slice
             ej["rows"] = step.kind == StepKind::Append ? rows[0] : rows;
         } else if (step.kind == StepKind::Fork) {
-            for (uint32_t l = 0; l < cfg.n_layers; ++l) {
-                streams[step.child][l] = streams[step.seq][l];
-                lengths[step.child][l] = lengths[step.seq][l];
-            }
+            model.fork(step.seq, step.child);
         } else {
-            for (uint32_t l = 0; l < cfg.n_layers; ++l) {
-                streams[step.seq][l] = Stream{};
-                lengths[step.seq][l] = 0;
-            }
+            model.release(step.seq);
         }
-        ej["live_bytes"] = live_bytes(cfg, lengths);
+        ej["live_bytes"] = model.live_bytes();
         expected_steps.push_back(ej);
     }
     nlohmann::json finals = nlohmann::json::array();
     for (uint32_t sq = 0; sq < cfg.max_seqs; ++sq)
         for (uint32_t l = 0; l < cfg.n_layers; ++l)
-            if (lengths[sq][l] > 0) {
+            if (model.length(sq, l) > 0) {
                 const std::string base = "final.s" + std::to_string(sq) + ".l" + std::to_string(l);
-                finals.push_back({{"seq", sq}, {"layer", l}, {"rows", lengths[sq][l]}, {"k", base + ".k"},
+                finals.push_back({{"seq", sq}, {"layer", l}, {"rows", model.length(sq, l)}, {"k", base + ".k"},
                                   {"v", base + ".v"}});
             }
 

@@ -1,4 +1,4 @@
-#include "vectors_caps.hpp"
+#include "kvcheck/vectors/caps.hpp"
 
 #include "kvcheck/abi.hpp"
 

@@ -1,0 +1,176 @@
+#include "call_driver.hpp"
+
+#include <cstring>
+#include <string>
+
+namespace kvc::prop {
+
+namespace {
+
+std::size_t bytes_of(const std::vector<float>& x) { return x.size() * sizeof(float); }
+
+} // namespace
+
+CallDriver::CallDriver(const kvc_plugin_api* api, const CheckScope& scope, MemoryWatch& watch)
+    : scope_(scope), watch_(watch), cache_(api) {}
+
+template <typename F>
+void CallDriver::measured(const char* name, F&& call) {
+    const int64_t before = watch_.reading(name, "before");
+    call();
+    if (!watch_.active()) return;
+    const int64_t grown = watch_.reading(name, "after") - before;
+    watch_.judge(grown, memory());
+}
+
+void CallDriver::check_lent(const char* call, std::initializer_list<Lending> lent) const {
+    for (const Lending& l : lent) {
+        std::size_t bytes = 0;
+        const std::string what = l.buffer->violation(call, l.input, &bytes);
+        if (what.empty()) continue;
+        Mismatch m;
+        m.what = "bytes outside `" + l.buffer->name() + "`";
+        m.expected = 0;
+        m.actual = static_cast<double>(bytes);
+        if (l.input != nullptr && what.rfind("wrote into", 0) == 0) m.what = "bytes of input `" + l.buffer->name() + "`";
+        scope_.fail(what + ": an implementation may write only into the output buffers it is lent, within their size",
+                    m);
+    }
+}
+
+void CallDriver::check_status(kvc_status s, const char* call) const {
+    if (s == KVC_OK) return;
+    const char* msg = cache_.api->last_error(cache_.handle);
+    throw AbiError(s, std::string(call) + " failed (" + status_name(s) + "): " + (msg ? msg : "(no message)"));
+}
+
+void CallDriver::bury(std::initializer_list<Lent*> lent) {
+    for (Lent* l : lent) {
+        l->poison();
+        graveyard_.push_back(std::move(*l));
+    }
+}
+
+void CallDriver::create(const kvc_config& abi) {
+    const kvc_plugin_api* api = cache_.api;
+    Lent config("kvc_config", sizeof abi, &abi), handle("create's out (kvc_cache*)", sizeof(kvc_cache*));
+    kvc_cache* raw = nullptr;
+    measured("create", [&] {
+        const kvc_status s = api->create(config.as<const kvc_config>(), handle.as<kvc_cache*>());
+        check_lent("create", {{&config, &abi}, {&handle, nullptr}});
+        std::memcpy(&raw, handle.data(), sizeof raw);
+        if (s != KVC_OK || raw == nullptr) {
+            const char* msg = api->last_error(nullptr);
+            const kvc_status st = s == KVC_OK ? KVC_ERR_INTERNAL : s; // OK with no handle is a broken promise
+            throw AbiError(st, std::string("create failed (") + status_name(st) + (s == KVC_OK ? ", no handle" : "") +
+                                   "): " + (msg ? msg : "(no message)"));
+        }
+        cache_.handle = raw;
+    });
+}
+
+kvc_memory CallDriver::memory() {
+    kvc_memory init{};
+    init.struct_size = sizeof init;
+    Lent m("kvc_memory", sizeof init, &init);
+    const kvc_status s = cache_.api->memory(cache_.handle, m.as<kvc_memory>());
+    check_lent("memory", {{&m, nullptr}});
+    check_status(s, "memory");
+    kvc_memory out;
+    std::memcpy(&out, m.data(), sizeof out);
+    return out;
+}
+
+std::vector<float> CallDriver::append_attend(uint32_t seq, uint32_t layer, uint32_t n_new,
+                                             const std::vector<float>& q, const std::vector<float>& k,
+                                             const std::vector<float>& v) {
+    Lent lq("q", bytes_of(q), q.data()), lk("k", bytes_of(k), k.data()), lv("v", bytes_of(v), v.data()),
+        lout("out", bytes_of(q));
+    measured("append_attend", [&] {
+        const kvc_status st = cache_.api->append_attend(cache_.handle, seq, layer, n_new, lq.as<const float>(),
+                                                        lk.as<const float>(), lv.as<const float>(), lout.as<float>());
+        check_lent("append_attend", {{&lq, q.data()}, {&lk, k.data()}, {&lv, v.data()}, {&lout, nullptr}});
+        check_status(st, "append_attend");
+    });
+    std::vector<float> out(lout.as<float>(), lout.as<float>() + q.size());
+    bury({&lq, &lk, &lv, &lout});
+    return out;
+}
+
+std::vector<std::vector<float>> CallDriver::append_attend_batch(uint32_t layer, const std::vector<BatchPart>& parts) {
+    std::vector<uint32_t> ids, offs{0};
+    std::vector<float> q, k, v;
+    for (const BatchPart& p : parts) {
+        ids.push_back(p.seq);
+        offs.push_back(offs.back() + p.n_new);
+        q.insert(q.end(), p.q->begin(), p.q->end());
+        k.insert(k.end(), p.k->begin(), p.k->end());
+        v.insert(v.end(), p.v->begin(), p.v->end());
+    }
+    if (!KVC_API_HAS(cache_.api, append_attend_batch))
+        throw AbiError(KVC_ERR_UNSUPPORTED, "append_attend_batch: not provided");
+    Lent lq("batch q", bytes_of(q), q.data()), lk("batch k", bytes_of(k), k.data()),
+        lv("batch v", bytes_of(v), v.data()), lout("batch out", bytes_of(q)),
+        lids("batch seq_ids", ids.size() * sizeof(uint32_t), ids.data()),
+        loffs("batch token_offsets", offs.size() * sizeof(uint32_t), offs.data());
+    kvc_batch b{};
+    b.struct_size = sizeof b;
+    b.n_seqs = static_cast<uint32_t>(parts.size());
+    b.seq_ids = lids.as<const uint32_t>();
+    b.token_offsets = loffs.as<const uint32_t>();
+    b.q = lq.as<const float>();
+    b.k = lk.as<const float>();
+    b.v = lv.as<const float>();
+    b.out = lout.as<float>();
+    Lent lb("kvc_batch", sizeof b, &b);
+    measured("append_attend_batch", [&] {
+        const kvc_status st = cache_.api->append_attend_batch(cache_.handle, layer, lb.as<const kvc_batch>());
+        check_lent("append_attend_batch", {{&lb, &b}, {&lids, ids.data()}, {&loffs, offs.data()}, {&lq, q.data()},
+                                           {&lk, k.data()}, {&lv, v.data()}, {&lout, nullptr}});
+        check_status(st, "append_attend_batch");
+    });
+    const float* out = lout.as<const float>(); // packed as the queries are
+    std::vector<std::vector<float>> outs(parts.size());
+    for (size_t i = 0; i < parts.size(); ++i) {
+        outs[i].assign(out, out + parts[i].q->size());
+        out += parts[i].q->size();
+    }
+    bury({&lq, &lk, &lv, &lout, &lids, &loffs, &lb});
+    return outs;
+}
+
+void CallDriver::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, std::vector<uint8_t>& k,
+                         std::vector<uint8_t>& v) {
+    Lent ko("k_out", k.size()), vo("v_out", v.size());
+    measured("read_kv", [&] {
+        const kvc_status s = cache_.api->read_kv(cache_.handle, seq, layer, pos, n, ko.data(), vo.data());
+        check_lent("read_kv", {{&ko, nullptr}, {&vo, nullptr}});
+        check_status(s, "read_kv");
+    });
+    std::memcpy(k.data(), ko.data(), k.size());
+    std::memcpy(v.data(), vo.data(), v.size());
+}
+
+uint32_t CallDriver::seq_length(uint32_t seq, uint32_t layer) {
+    uint32_t len = 0;
+    Lent out("seq_length's out", sizeof len);
+    measured("seq_length", [&] {
+        const kvc_status st = cache_.api->seq_length(cache_.handle, seq, layer, out.as<uint32_t>());
+        check_lent("seq_length", {{&out, nullptr}});
+        check_status(st, "seq_length");
+    });
+    std::memcpy(&len, out.data(), sizeof len);
+    return len;
+}
+
+void CallDriver::fork(uint32_t parent, uint32_t child) {
+    if (!KVC_API_HAS(cache_.api, fork)) throw AbiError(KVC_ERR_UNSUPPORTED, "fork: not provided");
+    measured("fork", [&] { check_status(cache_.api->fork(cache_.handle, parent, child), "fork"); });
+}
+
+void CallDriver::release(uint32_t seq) {
+    if (!KVC_API_HAS(cache_.api, release)) throw AbiError(KVC_ERR_UNSUPPORTED, "release: not provided");
+    measured("release", [&] { check_status(cache_.api->release(cache_.handle, seq), "release"); });
+}
+
+} // namespace kvc::prop

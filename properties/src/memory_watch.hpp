@@ -1,0 +1,75 @@
+// The memory rules of the plugin harness: NO-Q's allocator watch and MEMORY's checks of what a cache reports.
+//
+// NO-Q (and MEMORY for DEVICE caches) read the allocator just before and just after every call into the
+// implementation: the host heap (heap.hpp) for HOST caches, device memory (device_watch.hpp) for DEVICE ones. The
+// same rules hold for both; only the slack differs (kHeapSlackBytes, kDeviceSlackBytes: device memory comes in
+// 2 MiB pages).
+//
+// create() may allocate anything constant: K/V storage (capacity + pool), a declared workspace, and (ABI 1.0
+// plugins, which cannot declare one) an undeclared constant scratch; together at most kMaxWorkspaceBytes beyond the
+// K/V storage. From then on, every byte the allocator grows by must come with as much growth of the reported
+// capacity + pool + workspace: "unexplained" = allocator growth since create - reported growth since create, and
+// its largest rise above its lowest earlier value must stay within the slack. Judging rises (not the level) means
+// storage reported but never allocated is no credit for hidden growth later, and one temporary freed a call late is
+// not summed up call after call. Hidden Q storage grows with the tokens appended; a workspace does not: reported
+// workspace must not change after create. One exception: a declared workspace may be allocated when first needed
+// (a scratch made on the first append), so what create() left unallocated of it absorbs growth once, up to the
+// declared bytes. That hides nothing an eager workspace could not hold.
+#pragma once
+
+#include "kvcheck/abi.h"
+#include "kvcheck/properties/cache_model.hpp"
+#include "kvcheck/properties/device_watch.hpp"
+#include "kvcheck/properties/mismatch.hpp"
+#include "kvcheck/properties/session.hpp"
+#include "kvcheck/properties/target.hpp"
+
+#include <cstdint>
+#include <memory>
+
+namespace kvc::prop {
+
+class MemoryWatch {
+public:
+    // Chooses what to watch from the target's memory space and the checks asked for; records in `result` what it
+    // watches (or why the device watch could not run). Throws std::runtime_error when the heap watch is asked for
+    // but cannot be exact (glibc's per-thread cache on).
+    MemoryWatch(const Target& target, const CaseConfig& cfg, const Checks& checks, const CheckScope& scope,
+                RunResult& result);
+
+    bool active() const { return kind_ != Kind::None; }
+
+    // The allocator's reading now (0 when inactive); `call` and `when` ("before", "after") name a failed reading.
+    int64_t reading(const char* call, const char* when) const;
+
+    // Judges one call: `grown` is what the allocator grew by across it, `report` the cache's memory report after it.
+    // The first call judged is create(): it fixes the baseline and the workspace.
+    void judge(int64_t grown, const kvc_memory& report);
+
+private:
+    // pool_bytes is no free pass: capacity + pool may not exceed the K/V of every sequence at max_tokens in every
+    // layer, in whole blocks of the reported size, twice (growth reserve), plus a page of alignment per block and a
+    // first slab of 64 KiB.
+    void check_kv_bound(const kvc_memory& m) const;
+    void judge_create(const kvc_memory& m, int64_t reported);
+
+    enum class Kind { None, Heap, Device };
+    const CaseConfig& cfg_;
+    const CheckScope& scope_;
+    RunResult& result_;
+    Kind kind_ = Kind::None;
+    std::shared_ptr<DeviceWatch> device_;
+    int64_t grown_ = 0;              // allocator growth summed over the windows around calls
+    bool baseline_set_ = false;      // create() has been judged
+    uint64_t workspace_ = 0;         // reported right after create; constant from then on
+    int64_t create_unreported_ = 0;  // what create() allocated beyond its report (an undeclared constant scratch)
+    int64_t workspace_credit_ = 0;   // the declared workspace create() did not allocate (allocated when first needed)
+    int64_t base_grown_ = 0, base_reported_ = 0; // right after create
+    int64_t lowest_unexplained_ = 0; // the lowest value of (growth - reported growth) since create
+};
+
+// MEMORY's rules for one report against the model: live bytes equal the formula, capacity within whole blocks of
+// the reported size, capacity at least the live bytes while nothing can be shared (no fork yet), a sane block size.
+void check_memory_report(const CheckScope& scope, const kvc_memory& m, const CacheModel& model, bool forked);
+
+} // namespace kvc::prop

@@ -1,0 +1,70 @@
+#include "kvcheck/properties/output_grade.hpp"
+
+#include "kvcheck/abi.hpp"
+#include "kvcheck/properties/oracle.hpp"
+
+#include <algorithm>
+
+namespace kvc::prop {
+
+namespace {
+
+// The rows the graded queries attend with the call's new rows as given (rotated by the oracle, unrounded): what a
+// pipeline that declares new_rows_unrounded computes with, and the hypothesis the diagnosis of a failure tries.
+Expected expected_with_unrounded_new_rows(const CacheModel& model, const CacheModel::Stream& s,
+                                          const GradedRows& rows) {
+    const CaseConfig& cfg = model.config();
+    const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
+    const uint32_t n_unrounded = rows.history - rows.call_begin;
+    std::vector<float> k(s.k_eff.begin(), s.k_eff.begin() + static_cast<std::ptrdiff_t>(rows.history * row));
+    std::vector<float> v(s.v_eff.begin(), s.v_eff.begin() + static_cast<std::ptrdiff_t>(rows.history * row));
+    const size_t first = static_cast<size_t>(rows.call_begin) * row;
+    for (uint32_t i = 0; i < n_unrounded; ++i)
+        expected_rotated_key(cfg, rows.call_k + i * row, rows.call_begin + i, k.data() + first + i * row);
+    std::copy(rows.call_v, rows.call_v + n_unrounded * row, v.begin() + static_cast<std::ptrdiff_t>(first));
+    return expect_outputs(cfg, rows.q, rows.n_rows, k, v, rows.history, HeadMap::Repeat, n_unrounded);
+}
+
+} // namespace
+
+Expected expected_outputs(const CacheModel& model, uint32_t seq, uint32_t layer, const GradedRows& rows,
+                          HeadMap map) {
+    const CacheModel::Stream& s = model.stream(seq, layer);
+    return expect_outputs(model.config(), rows.q, rows.n_rows, s.k_eff, s.v_eff, rows.history, map);
+}
+
+OutputVerdict grade_call_outputs(const CacheModel& model, uint32_t seq, uint32_t layer, const Pipeline& declared,
+                                 const GradedRows& rows, const std::optional<Mismatch>& storage_mismatch) {
+    const CaseConfig& cfg = model.config();
+    const CacheModel::Stream& s = model.stream(seq, layer);
+    const bool narrow_cache = cfg.dtype != KVC_DTYPE_F32;
+    // an implementation is graded for the pipeline it declares, new rows attended unrounded included
+    const bool declared_unrounded = declared.new_rows_unrounded && narrow_cache;
+    const Expected e = declared_unrounded ? expected_with_unrounded_new_rows(model, s, rows)
+                                          : expected_outputs(model, seq, layer, rows);
+    const bool stored_right = !storage_mismatch; // else the storage, not a pipeline, is named
+    OutputVerdict v;
+    v.grade = grade_outputs(cfg, declared, rows.out, e, nullptr, stored_right);
+    if (v.grade.pass) return v;
+    if (narrow_cache && !declared_unrounded && !v.grade.nan) { // is it the new rows attended before rounding?
+        const Expected alt = expected_with_unrounded_new_rows(model, s, rows);
+        const double headroom = v.grade.headroom;
+        const bool fails_f32 = v.grade.fails_f32_class;
+        v.grade = grade_outputs(cfg, declared, rows.out, e, &alt, stored_right);
+        v.grade.headroom = headroom; // what the case reports is the first grading's
+        v.grade.fails_f32_class = fails_f32;
+    }
+    v.where.what = "output";
+    v.where.seq = static_cast<int>(seq);
+    v.where.layer = static_cast<int>(layer);
+    v.where.pos = static_cast<int>(rows.history - rows.n_rows + v.grade.worst.token);
+    v.where.head = static_cast<int>(v.grade.worst.head);
+    v.where.dim = static_cast<int>(v.grade.worst.dim);
+    v.where.expected = v.grade.worst.expected;
+    v.where.actual = v.grade.worst.actual;
+    v.reason = v.grade.message;
+    if (storage_mismatch) v.reason += storage_error_clause(cfg.dtype, *storage_mismatch);
+    return v;
+}
+
+} // namespace kvc::prop

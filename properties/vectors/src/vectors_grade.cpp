@@ -1,0 +1,470 @@
+// kvcheck grade: what an implementation wrote back for exported vectors, graded with the checks that make sense
+// offline (EQUIV, CACHE-CONTENT, APPEND-ONLY, MEMORY and the properties built from them). The harness's model is
+// rebuilt from the case's script and data seed, exactly as the plugin session keeps it, and each step of the
+// results is checked against it. docs/vectors.md specifies the results.
+#include "kvcheck/vectors/vectors.hpp"
+
+#include "grade_inputs.hpp"
+
+#include "kvcheck/harness/errors.hpp"
+#include "kvcheck/harness/input_file.hpp"
+#include "kvcheck/harness/report.hpp"
+#include "kvcheck/vectors/safetensors.hpp"
+#include "kvcheck/vectors/caps.hpp"
+#include "kvcheck/vectors/model.hpp"
+
+#include "kvcheck/abi.hpp"
+#include "kvcheck/properties/cache_model.hpp"
+#include "kvcheck/properties/output_grade.hpp"
+#include "kvcheck/properties/properties.hpp"
+#include "kvcheck/properties/runner.hpp"
+#include "kvcheck/properties/tolerance.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+namespace kvc::vec {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// The implementation's results for a case are readable but incomplete or of the wrong shape: ERROR.
+struct CaseError {
+    std::string reason;
+    int step = -1;
+};
+
+// A check failed: FAIL of the case's property.
+struct CaseFail {
+    std::string reason;
+    prop::Mismatch m;
+    int step = -1;
+};
+
+// ---- grading one case ----
+
+class CaseGrader {
+public:
+    CaseGrader(const VCase& vc, const Results& res, const st::File& f, const json& js, std::string file)
+        : vc_(vc), res_(res), results_(f), results_json_(js), file_(std::move(file)), cfg_(vc.c.cfg),
+          head_dim_(cfg_.head_dim), row_elems_(static_cast<size_t>(cfg_.n_kv_heads) * head_dim_),
+          elem_bytes_(dtype_size(cfg_.dtype)), model_(cfg_) {}
+
+    // Throws CaseFail / CaseError.
+    void run() {
+        if (results_json_.contains("case") && results_json_["case"] != vc_.id)
+            error(-1, file_ + ".json says it holds case " + results_json_["case"].dump() + ", not " + vc_.id);
+        if (vc_.checks.memory) {
+            const json& live = results_json_.contains("live_bytes") ? results_json_["live_bytes"] : json();
+            if (!live.is_array() || live.size() != vc_.steps.size())
+                error(-1, file_ + ".json: \"live_bytes\" must be an array of one integer per step (" +
+                              std::to_string(vc_.steps.size()) + " steps)");
+            for (const json& x : live)
+                if (!x.is_number_unsigned())
+                    error(-1, file_ + ".json: \"live_bytes\" holds " + x.dump() + ", not a non-negative integer");
+        }
+        for (size_t i = 0; i < vc_.steps.size(); ++i) {
+            step_ = static_cast<int>(i);
+            const Step& s = vc_.steps[i];
+            switch (s.kind) {
+            case StepKind::Append:
+            case StepKind::AppendBatch: append(s); break;
+            case StepKind::Fork: model_.fork(s.seq, s.child); break;
+            case StepKind::Release: model_.release(s.seq); break;
+            }
+            if (vc_.checks.memory) check_memory(s);
+        }
+        step_ = -1;
+        finals();
+    }
+
+    double headroom = 0;
+    bool fails_f32_class = false;
+
+private:
+    [[noreturn]] void error(int step, const std::string& reason) { throw CaseError{reason, step}; }
+
+    [[noreturn]] void fail(const std::string& reason, prop::Mismatch m) {
+        if (m.op < 0 && step_ >= 0) m.op = static_cast<int>(vc_.steps[static_cast<size_t>(step_)].op);
+        throw CaseFail{reason, std::move(m), step_};
+    }
+
+    const st::Tensor& tensor(const std::string& name, st::DType dt) {
+        const st::Tensor* t = results_.find(name);
+        if (!t) error(step_, file_ + ".safetensors: tensor \"" + name + "\" is missing");
+        if (t->dtype != dt)
+            error(step_, file_ + ".safetensors: tensor \"" + name + "\" is " + st::dtype_name(t->dtype) +
+                             ", expected " + st::dtype_name(dt));
+        return *t;
+    }
+
+    // A dump of every row of one (sequence, layer): [rows][Hkv][d] in the cache dtype, rows as the model says.
+    const st::Tensor& dump(const std::string& name, uint32_t seq, uint32_t layer, uint32_t rows) {
+        const st::Tensor& t = tensor(name, cache_st_dtype(cfg_.dtype));
+        if (t.shape.size() != 3 || t.shape[1] != cfg_.n_kv_heads || t.shape[2] != head_dim_)
+            error(step_, file_ + ".safetensors: tensor \"" + name + "\" has shape " + st::shape_text(t.shape) +
+                             ", expected [rows, " + std::to_string(cfg_.n_kv_heads) + ", " +
+                             std::to_string(head_dim_) + "]");
+        if (t.shape[0] != rows) {
+            prop::Mismatch m;
+            m.what = "seq_length";
+            m.seq = static_cast<int>(seq);
+            m.layer = static_cast<int>(layer);
+            m.expected = rows;
+            m.actual = static_cast<double>(t.shape[0]);
+            fail("the cache dump \"" + name + "\" holds " + std::to_string(t.shape[0]) + " rows; the sequence holds " +
+                     std::to_string(rows) + " in this layer",
+                 m);
+        }
+        return t;
+    }
+
+    // Rows dumped earlier are bitwise what they were when first dumped (the model holds them as first dumped).
+    std::optional<prop::Mismatch> changed(uint32_t seq, uint32_t layer, const st::Tensor& k, const st::Tensor& v) {
+        if (!vc_.checks.unchanged) return std::nullopt;
+        return model_.first_changed(seq, layer, k.data.data(), v.data.data());
+    }
+
+    void append(const Step& s) {
+        const std::string base = "step" + std::to_string(step_) + ".";
+        const AppendInputs in = step_inputs(vc_.c, s);
+        const st::Tensor& out = tensor(base + "out", st::DType::F32);
+        const std::vector<uint64_t> out_shape{s.n_new, cfg_.n_q_heads, head_dim_};
+        if (out.shape != out_shape)
+            error(step_, file_ + ".safetensors: tensor \"" + base + "out\" has shape " + st::shape_text(out.shape) +
+                             ", expected " + st::shape_text(out_shape));
+        const std::vector<float> actual = st::to_f32(out);
+        const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * head_dim_;
+        for (const Slice& sl : s.slices)
+            append_slice(s, sl, in.q.data() + sl.token_begin * qrow, in.k.data() + sl.token_begin * row_elems_,
+                         in.v.data() + sl.token_begin * row_elems_, actual.data() + sl.token_begin * qrow);
+    }
+
+    // One sequence's part of an append step: q [n][Hq*d], k, v [n][Hkv*d] its inputs, out [n][Hq*d] its outputs.
+    void append_slice(const Step& s, const Slice& sl, const float* q, const float* k, const float* v,
+                      const float* out) {
+        const uint32_t before = model_.length(sl.seq, s.layer), after = before + sl.n_new;
+        const size_t i_step = static_cast<size_t>(step_);
+        const st::Tensor& kd = dump(dump_name(s, i_step, sl, "k"), sl.seq, s.layer, after);
+        const st::Tensor& vd = dump(dump_name(s, i_step, sl, "v"), sl.seq, s.layer, after);
+        const std::optional<prop::Mismatch> rewritten = changed(sl.seq, s.layer, kd, vd); // before the new rows
+        const size_t old_bytes = static_cast<size_t>(before) * row_elems_ * elem_bytes_;
+        const std::optional<prop::Mismatch> wrong = model_.store(sl.seq, s.layer, sl.n_new, k, v,
+                                                                 kd.data.data() + old_bytes, vd.data.data() + old_bytes,
+                                                                 res_.declared.pipeline.rope);
+        if (wrong && vc_.checks.content) fail(prop::stored_row_reason(cfg_, "dumped", *wrong), *wrong);
+        if (wrong && !storage_mismatch_) storage_mismatch_ = wrong; // EQUIV's diagnosis names the first
+        if (rewritten) fail(std::string("a row dumped earlier changed: ") + prop::kRewrittenRule, *rewritten);
+
+        if (!vc_.checks.equiv || sl.n_new == 0) return;
+        prop::GradedRows rows;
+        rows.q = q;
+        rows.out = out;
+        rows.n_rows = sl.n_new;
+        rows.history = after;
+        rows.call_begin = before;
+        rows.call_k = k;
+        rows.call_v = v;
+        const prop::OutputVerdict o =
+            prop::grade_call_outputs(model_, sl.seq, s.layer, res_.declared.pipeline, rows, storage_mismatch_);
+        headroom = std::max(headroom, o.grade.headroom);
+        fails_f32_class = fails_f32_class || o.grade.fails_f32_class;
+        if (!o.grade.pass) fail(o.reason, o.where);
+    }
+
+    void check_memory(const Step& s) {
+        const uint64_t want = model_.live_bytes();
+        const uint64_t got = results_json_["live_bytes"][static_cast<size_t>(step_)].get<uint64_t>();
+        if (got == want) return;
+        prop::Mismatch m;
+        m.what = "live_bytes";
+        m.op = static_cast<int>(s.op);
+        m.expected = static_cast<double>(want);
+        m.actual = static_cast<double>(got);
+        fail(prop::kLiveBytesRule, m);
+    }
+
+    // After the last step: every started (sequence, layer) dumped whole, lengths as the model says, and no row
+    // changed since it was first dumped (forks share their parent's rows, releases forget).
+    void finals() {
+        for (uint32_t q = 0; q < cfg_.max_seqs; ++q)
+            for (uint32_t l = 0; l < cfg_.n_layers; ++l) {
+                const uint32_t len = model_.length(q, l);
+                if (len == 0) continue;
+                const std::string base = "final.s" + std::to_string(q) + ".l" + std::to_string(l) + ".";
+                const st::Tensor& k = dump(base + "k", q, l, len);
+                const st::Tensor& v = dump(base + "v", q, l, len);
+                if (const auto m = changed(q, l, k, v))
+                    fail(std::string("a row dumped earlier changed: ") + prop::kRewrittenRule, *m);
+            }
+    }
+
+    const VCase& vc_;
+    const Results& res_;
+    const st::File& results_;  // the case's results tensors
+    const json& results_json_; // the case's results JSON (live bytes)
+    const std::string file_;   // results path without extension
+    const prop::CaseConfig& cfg_;
+    const uint32_t head_dim_;
+    const size_t row_elems_, elem_bytes_;
+    prop::CacheModel model_;
+    std::optional<prop::Mismatch> storage_mismatch_; // the first element dumped unlike the appended one (EQUIV only)
+    int step_ = -1;
+};
+
+struct Graded {
+    prop::CaseResult r;
+    int step = -1;         // the step of the first failure or error (-1: none, or not tied to a step)
+    bool outputs = false;  // the case's property grades outputs (headroom means something)
+};
+
+Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_dir) {
+    Graded g;
+    g.r.id = vc.id;
+    g.r.property = vc.property;
+    g.r.seed = vc.seed;
+    g.r.counterexample = vc.c;
+    g.outputs = vc.checks.equiv;
+    const fs::path stp = results_dir / (vc.stem + ".safetensors"), jsp = results_dir / (vc.stem + ".json");
+    const bool has_st = fs::exists(stp), has_js = fs::exists(jsp);
+    if (!has_st && !has_js) {
+        const kvc_caps& caps = res.declared.caps;
+        std::vector<std::string> missing = unsupported(vc.c, caps);
+        const prop::Property* p = prop::find_property(vc.property);
+        if (missing.empty() && p && p->feature && !(caps.features & p->feature)) {
+            kvc_caps need{};
+            need.features = p->feature;
+            missing = prop::missing_caps(need, caps);
+        }
+        std::ostringstream m;
+        if (!missing.empty()) {
+            g.r.verdict = prop::Verdict::NotSupported;
+            m << "needs";
+            for (size_t k = 0; k < missing.size(); ++k) m << (k ? ", " : " ") << missing[k];
+        } else {
+            g.r.verdict = prop::Verdict::Error;
+            m << "no results (" << stp.filename().string() << " and " << jsp.filename().string()
+              << " are missing) although the implementation declares every capability the case needs";
+        }
+        g.r.reason = m.str();
+        return g;
+    }
+    if (!has_st || !has_js) {
+        g.r.verdict = prop::Verdict::Error;
+        g.r.reason = (has_st ? jsp : stp).string() + " is missing";
+        return g;
+    }
+    // The stems are plain names, but either file may be a symbolic link: it must not lead out of the results.
+    std::string st_real, js_real;
+    try {
+        st_real = harness::confined_path(results_dir.string(), stp.filename().string());
+        js_real = harness::confined_path(results_dir.string(), jsp.filename().string());
+    } catch (const harness::InputError& x) {
+        throw BadInput(results_dir.string() + ": " + x.what());
+    }
+    st::File f;
+    try {
+        f = st::read_file(st_real);
+    } catch (const st::FormatError& e) {
+        throw BadInput(stp.string() + ": " + e.problem());
+    }
+    json js;
+    try {
+        js = harness::parse_json_strict(harness::read_bounded(js_real, harness::kMaxJsonBytes));
+    } catch (const harness::InputError& e) {
+        throw BadInput(jsp.string() + ": " + e.what());
+    }
+    if (!js.is_object()) throw BadInput(jsp.string() + ": not a JSON object");
+
+    CaseGrader grader(vc, res, f, js, (results_dir / vc.stem).string());
+    try {
+        grader.run();
+        g.r.headroom = grader.headroom;
+        if (grader.fails_f32_class)
+            g.r.notes.push_back("passes its declared precision pipeline but would fail the f32 class");
+        if (res.declared.pipeline.new_rows_unrounded && vc.c.cfg.dtype != KVC_DTYPE_F32 && vc.checks.equiv)
+            g.r.notes.push_back("declares new rows attended before rounding to the cache dtype: its outputs depend on "
+                                "how a prompt is split into calls");
+        if (grader.headroom > prop::kQualityWarningHeadroom) {
+            g.r.verdict = prop::Verdict::QualityWarning;
+            std::ostringstream m;
+            m << "passes, but the worst error uses " << grader.headroom * 100 << "% of the allowed bound";
+            g.r.reason = m.str();
+        }
+    } catch (const CaseFail& f2) {
+        g.r.verdict = prop::Verdict::Fail;
+        g.r.failed_property = vc.property;
+        g.r.reason = f2.reason;
+        g.r.mismatch = f2.m;
+        g.r.headroom = grader.headroom;
+        g.step = f2.step;
+    } catch (const CaseError& e) {
+        g.r.verdict = prop::Verdict::Error;
+        g.r.reason = e.reason;
+        g.step = e.step;
+    }
+    return g;
+}
+
+// ---- reports ----
+
+std::string detail(const Graded& g) {
+    std::string d = g.r.reason;
+    if (g.step >= 0) d += " [step " + std::to_string(g.step) + "]";
+    if (g.r.mismatch) d += "; first mismatch: " + g.r.mismatch->describe();
+    return d;
+}
+
+} // namespace
+
+int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
+    Vectors vectors;
+    Results res;
+    std::vector<Graded> all;
+    try {
+        if (!fs::is_directory(o.vectors)) throw BadInput(o.vectors + ": not a directory (--vectors)");
+        if (!fs::is_directory(o.results)) throw BadInput(o.results + ": not a directory (--results)");
+        // before grading: a FIFO, device or symbolic link is never replaced, and --report and --junit naming one
+        // file (by identity, not spelling) would leave one of them overwritten by the other
+        std::string why;
+        if (!harness::check_output_files({{"--report", o.report}, {"--junit", o.junit}}, why))
+            throw BadInput("cannot write the report: " + why);
+        vectors = load_vectors(o.vectors);
+        res = load_results(o.results);
+        for (const Refused& rf : vectors.refused) { // outside the declaration the export was given
+            Graded g;
+            g.r.id = rf.id;
+            g.r.property = rf.property;
+            g.r.seed = rf.seed;
+            g.r.verdict = prop::Verdict::NotSupported;
+            g.r.reason = "needs";
+            for (size_t k = 0; k < rf.needs.size(); ++k) g.r.reason += (k ? ", " : " ") + rf.needs[k];
+            g.r.reason += " (not exported)";
+            all.push_back(std::move(g));
+        }
+        for (const VCase& vc : vectors.cases) all.push_back(grade_case(vc, res, o.results));
+    } catch (const BadInput& e) {
+        err << "kvcheck grade: " << harness::printable(e.what(), true) << "\n";
+        return harness::kExitBadInput;
+    }
+
+    // the order of the export: property by property, index by index, refused cases among the exported ones
+    std::map<std::string, size_t> rank;
+    for (const Graded& g : all) rank.emplace(g.r.property, rank.size());
+    const auto index_of = [](const std::string& id) { // "EQUIV/12" -> 12; an id of another shape sorts first
+        const size_t slash = id.rfind('/');
+        const std::string n = slash == std::string::npos ? "" : id.substr(slash + 1);
+        if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos) return -1L;
+        return std::stol(n);
+    };
+    std::stable_sort(all.begin(), all.end(), [&](const Graded& a, const Graded& b) {
+        const size_t ra = rank[a.r.property], rb = rank[b.r.property];
+        return ra != rb ? ra < rb : index_of(a.r.id) < index_of(b.r.id);
+    });
+
+    const prop::Verdict order[] = {prop::Verdict::Pass, prop::Verdict::QualityWarning, prop::Verdict::Fail,
+                                   prop::Verdict::Error, prop::Verdict::NotSupported};
+    constexpr int kVerdictWidth = 15; // QUALITY_WARNING, the longest verdict name
+    std::map<std::string, int> counts;
+    std::map<std::string, std::map<std::string, int>> by_property;
+    std::map<std::string, int> notes; // note -> cases carrying it
+    bool bad = false;
+    size_t width = 8;
+    for (const Graded& g : all) width = std::max(width, g.r.id.size());
+    out << "kvcheck grade: " << res.name << (res.version.empty() ? "" : " " + res.version) << ", pipeline "
+        << res.declared.pipeline_text << ", " << all.size() << " cases\n";
+    for (const Graded& g : all) {
+        const char* v = prop::verdict_name(g.r.verdict);
+        ++counts[v];
+        ++by_property[g.r.property][v];
+        for (const std::string& n : g.r.notes) ++notes[n];
+        bad = bad || g.r.verdict == prop::Verdict::Fail || g.r.verdict == prop::Verdict::Error;
+        std::ostringstream line;
+        line << "  " << std::left << std::setw(static_cast<int>(width)) << g.r.id << "  " << std::setw(kVerdictWidth)
+             << v << "  ";
+        if (g.r.verdict == prop::Verdict::Fail) line << g.r.failed_property << ": ";
+        if (g.r.verdict == prop::Verdict::Pass) {
+            if (g.outputs) line << std::setprecision(3) << "headroom " << g.r.headroom;
+        } else {
+            line << detail(g);
+        }
+        std::string text = line.str();
+        text.erase(text.find_last_not_of(' ') + 1);
+        out << text << "\n";
+    }
+    // counts per property, one fixed-width column per verdict
+    size_t pw = 8;
+    for (const auto& [p, c] : by_property) pw = std::max(pw, p.size());
+    out << "  " << std::left << std::setw(static_cast<int>(pw)) << "property";
+    for (prop::Verdict v : order) out << "  " << std::right << std::setw(kVerdictWidth) << prop::verdict_name(v);
+    out << "\n";
+    std::vector<std::pair<size_t, std::string>> props;
+    for (const auto& [p, r] : rank) props.emplace_back(r, p);
+    std::sort(props.begin(), props.end());
+    for (const auto& pr : props) {
+        out << "  " << std::left << std::setw(static_cast<int>(pw)) << pr.second;
+        for (prop::Verdict v : order)
+            out << "  " << std::right << std::setw(kVerdictWidth) << by_property[pr.second][prop::verdict_name(v)];
+        out << "\n";
+    }
+    for (const auto& [n, k] : notes) out << "note (" << k << (k == 1 ? " case" : " cases") << "): " << n << "\n";
+    out << std::left << "summary:";
+    for (const auto& [v, n] : counts) out << " " << n << " " << v;
+    out << (bad ? "  => NOT CONFORMANT" : "  => every case passes or is not supported") << "\n";
+    const int code = bad ? harness::kExitNotConformant : harness::kExitOk;
+
+    try {
+        if (!o.report.empty() || !o.junit.empty()) {
+            json cases = json::array();
+            for (const Graded& g : all) {
+                json j = prop::to_json(g.r);
+                if (g.step >= 0) j["step"] = g.step;
+                cases.push_back(j);
+            }
+            json summary = json::object();
+            for (const auto& [v, n] : counts) summary[v] = n;
+            // The same shape as validate's report, so one JUnit writer (report.hpp) serves both.
+            const json report = {{"kvcheck_grade", 1},
+                                 {"kvcheck_version", KVCHECK_VERSION},
+                                 {"suite_version", KVCHECK_VERSION},
+                                 {"run", {{"seed", vectors.seed}, {"profile", "offline"}}},
+                                 {"implementations",
+                                  json::array({{{"name", res.name},
+                                                {"label", res.name},
+                                                {"version", res.version},
+                                                {"precision", res.declared.pipeline_text},
+                                                {"pipeline", prop::to_json(res.declared.pipeline)},
+                                                {"capabilities", capability_words(res.declared.caps)},
+                                                {"declared", declared_to_json(res.declared)},
+                                                {"cases", cases}}})},
+                                 {"vectors_seed", vectors.seed},
+                                 {"summary", summary},
+                                 {"exit_code", code}};
+            std::vector<std::pair<std::string, std::string>> files; // both or neither
+            if (!o.report.empty()) files.emplace_back(o.report, harness::dump_json(report, 1) + "\n");
+            if (!o.junit.empty()) files.emplace_back(o.junit, harness::junit_from_report(report));
+            std::string error;
+            if (!harness::write_files_atomically(files, error)) { // exit 3, as validate (docs/cli.md)
+                err << "kvcheck grade: cannot write the report: " << error << "\n";
+                return harness::kExitInternal;
+            }
+        }
+    } catch (const std::runtime_error& e) {
+        err << "kvcheck grade: " << harness::printable(e.what(), true) << "\n";
+        return harness::kExitBadInput;
+    }
+    return code;
+}
+
+} // namespace kvc::vec
