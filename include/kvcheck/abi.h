@@ -106,7 +106,7 @@ typedef enum kvc_memory_space { KVC_MEMORY_HOST = 0, KVC_MEMORY_DEVICE = 1 } kvc
    declared capability that is then refused is an ERROR, never a skip. A limit of 0 means "no limit". */
 typedef struct kvc_caps {
     uint32_t struct_size;
-    uint32_t dtypes;        /* bit (1u << kvc_dtype) per supported cache dtype */
+    uint32_t dtypes;        /* bit (1u << kvc_dtype) per supported cache dtype (kvcm_caps.cache_dtypes) */
     uint32_t rope_variants; /* bit (1u << kvc_rope) per variant the implementation applies itself; NONE implied */
     uint32_t features;      /* KVC_FEATURE_* */
     uint32_t precision;     /* kvc_precision */

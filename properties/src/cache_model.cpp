@@ -149,7 +149,7 @@ AppendInputs step_inputs(const Case& c, const Step& s) {
 StoredRows expected_new_rows(const CaseConfig& cfg, uint32_t pos_begin, uint32_t n_new, const float* k,
                              const float* v) {
     const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
-    const size_t es = dtype_size(cfg.dtype);
+    const size_t es = dtype_size(cfg.cache_dtype);
     StoredRows r;
     r.k.resize(n_new * row);
     r.v.resize(n_new * row);
@@ -158,25 +158,25 @@ StoredRows expected_new_rows(const CaseConfig& cfg, uint32_t pos_begin, uint32_t
     r.rotated.resize(n_new * row);
     for (uint32_t i = 0; i < n_new; ++i)
         expected_rotated_key(cfg, k + i * row, pos_begin + i, r.rotated.data() + i * row);
-    for (size_t x = 0; x < r.k.size(); ++x) r.k[x] = ref::round_to_dtype(r.rotated[x], cfg.dtype);
+    for (size_t x = 0; x < r.k.size(); ++x) r.k[x] = ref::round_to_dtype(r.rotated[x], cfg.cache_dtype);
     for (size_t x = 0; x < r.k.size(); ++x) {
-        ref::store_dtype(r.k[x], cfg.dtype, r.k_bits.data() + x * es);
-        ref::store_dtype(v[x], cfg.dtype, r.v_bits.data() + x * es);
-        r.v[x] = ref::load_dtype(r.v_bits.data() + x * es, cfg.dtype);
+        ref::store_dtype(r.k[x], cfg.cache_dtype, r.k_bits.data() + x * es);
+        ref::store_dtype(v[x], cfg.cache_dtype, r.v_bits.data() + x * es);
+        r.v[x] = ref::load_dtype(r.v_bits.data() + x * es, cfg.cache_dtype);
     }
     return r;
 }
 
 std::string stored_row_reason(const CaseConfig& cfg, const char* source, const Mismatch& m) {
     return std::string(source) + " " + m.what + " differs from the appended value rounded to " +
-           dtype_name(cfg.dtype) +
+           dtype_name(cfg.cache_dtype) +
            (cfg.rope != KVC_ROPE_NONE && m.what == "k"
                 ? " and rotated (not the rounding of an f32 rotation, nor within the bound of the declared RoPE stage)"
                 : " (bitwise)");
 }
 
 uint64_t live_bytes(const CaseConfig& cfg, const std::vector<std::vector<uint32_t>>& lengths) {
-    const uint64_t row_bytes = 2ull * cfg.n_kv_heads * cfg.head_dim * dtype_size(cfg.dtype);
+    const uint64_t row_bytes = 2ull * cfg.n_kv_heads * cfg.head_dim * dtype_size(cfg.cache_dtype);
     uint64_t total = 0;
     for (const auto& seq : lengths)
         for (uint32_t l : seq) total += l * row_bytes;
@@ -187,7 +187,7 @@ uint64_t live_bytes(const CaseConfig& cfg, const std::vector<std::vector<uint32_
 
 CacheModel::CacheModel(const CaseConfig& cfg)
     : cfg_(cfg), head_dim_(cfg.head_dim), row_elems_(static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim),
-      elem_bytes_(dtype_size(cfg.dtype)), streams_(cfg.max_seqs, std::vector<Stream>(cfg.n_layers)) {}
+      elem_bytes_(dtype_size(cfg.cache_dtype)), streams_(cfg.max_seqs, std::vector<Stream>(cfg.n_layers)) {}
 
 std::vector<std::vector<uint32_t>> CacheModel::lengths() const {
     std::vector<std::vector<uint32_t>> out(streams_.size());
@@ -218,7 +218,7 @@ std::optional<Mismatch> CacheModel::store(uint32_t seq, uint32_t layer, uint32_t
             const size_t e = i * row_elems_ + x;
             const uint8_t* gk_bits = got_k + e * elem_bytes_;
             const uint8_t* gv_bits = got_v + e * elem_bytes_;
-            const float gk = ref::load_dtype(gk_bits, cfg_.dtype), gv = ref::load_dtype(gv_bits, cfg_.dtype);
+            const float gk = ref::load_dtype(gk_bits, cfg_.cache_dtype), gv = ref::load_dtype(gv_bits, cfg_.cache_dtype);
             // a key the implementation rotated itself may be the rounding of any rotation within an ordinary f32
             // rotation's error (stored_key_acceptable); without RoPE the stored bits are exact
             const bool k_ok = std::memcmp(want.k_bits.data() + e * elem_bytes_, gk_bits, elem_bytes_) == 0 ||
@@ -263,8 +263,8 @@ std::optional<Mismatch> CacheModel::first_changed(uint32_t seq, uint32_t layer, 
         const size_t byte = static_cast<size_t>(std::mismatch(want.begin(), want.end(), got).first - want.begin());
         const size_t el = byte / elem_bytes_;
         Mismatch m = at_element(pass == 0 ? "k" : "v", seq, layer, el);
-        m.expected = ref::load_dtype(want.data() + el * elem_bytes_, cfg_.dtype);
-        m.actual = ref::load_dtype(got + el * elem_bytes_, cfg_.dtype);
+        m.expected = ref::load_dtype(want.data() + el * elem_bytes_, cfg_.cache_dtype);
+        m.actual = ref::load_dtype(got + el * elem_bytes_, cfg_.cache_dtype);
         return m;
     }
     return std::nullopt;

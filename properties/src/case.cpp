@@ -16,7 +16,7 @@ float CaseConfig::scale() const {
 }
 
 kvc_config CaseConfig::to_abi() const {
-    return make_config(n_layers, n_q_heads, n_kv_heads, head_dim, dtype, max_seqs, max_tokens, rope, block_size_hint,
+    return make_config(n_layers, n_q_heads, n_kv_heads, head_dim, cache_dtype, max_seqs, max_tokens, rope, block_size_hint,
                        scale(), rope_theta);
 }
 
@@ -41,7 +41,7 @@ std::vector<std::vector<uint32_t>> lengths_after_ops(const Case& c) {
 kvc_caps required_caps(const Case& c) {
     kvc_caps r{};
     r.struct_size = sizeof r;
-    r.dtypes = 1u << c.cfg.dtype;
+    r.dtypes = 1u << c.cfg.cache_dtype;
     r.rope_variants = c.cfg.rope == KVC_ROPE_NONE ? 0u : 1u << c.cfg.rope;
     if (c.cfg.n_kv_heads < c.cfg.n_q_heads) r.features |= KVC_FEATURE_GQA;
     r.max_layers = c.cfg.n_layers;
@@ -156,7 +156,7 @@ nlohmann::json to_json(const Case& c) {
     const CaseConfig& g = c.cfg;
     return {{"config",
              {{"n_layers", g.n_layers}, {"n_q_heads", g.n_q_heads}, {"n_kv_heads", g.n_kv_heads},
-              {"head_dim", g.head_dim}, {"dtype", dtype_name(g.dtype)}, {"rope", rope_name(g.rope)},
+              {"head_dim", g.head_dim}, {"dtype", dtype_name(g.cache_dtype)}, {"rope", rope_name(g.rope)},
               {"block_size_hint", g.block_size_hint}, {"max_seqs", g.max_seqs}, {"max_tokens", g.max_tokens},
               {"rope_theta", g.rope_theta}, {"scale", g.scale()}}},
             {"ops", ops},
@@ -172,8 +172,8 @@ Case case_from_json(const nlohmann::json& j) {
     c.cfg.n_kv_heads = need<uint32_t>(g, "n_kv_heads");
     c.cfg.head_dim = need<uint32_t>(g, "head_dim");
     const std::string dt = need<std::string>(g, "dtype");
-    c.cfg.dtype = dt == "f32" ? 0u : dt == "f16" ? 1u : dt == "bf16" ? 2u : 99u; // kvc_dtype
-    if (c.cfg.dtype == 99u) throw std::invalid_argument("case: dtype must be f32, f16 or bf16");
+    c.cfg.cache_dtype = dt == "f32" ? 0u : dt == "f16" ? 1u : dt == "bf16" ? 2u : 99u; // kvc_dtype
+    if (c.cfg.cache_dtype == 99u) throw std::invalid_argument("case: dtype must be f32, f16 or bf16");
     const std::string rp = need<std::string>(g, "rope");
     c.cfg.rope = rp == "none" ? 0u : rp == "neox" ? 1u : rp == "gptj" ? 2u : 99u; // kvc_rope
     if (c.cfg.rope == 99u) throw std::invalid_argument("case: rope must be none, neox or gptj");
@@ -278,7 +278,7 @@ std::string describe(const Case& c) {
     std::ostringstream s;
     const CaseConfig& g = c.cfg;
     s << "config: layers=" << g.n_layers << " q_heads=" << g.n_q_heads << " kv_heads=" << g.n_kv_heads
-      << " head_dim=" << g.head_dim << " dtype=" << dtype_name(g.dtype) << " rope=" << rope_name(g.rope)
+      << " head_dim=" << g.head_dim << " dtype=" << dtype_name(g.cache_dtype) << " rope=" << rope_name(g.rope)
       << " block_size_hint=" << g.block_size_hint << " scale=" << g.scale() << " rope_theta=" << g.rope_theta
       << " data_seed=" << c.data_seed << "\n";
     const auto lens = lengths_after_ops(c);

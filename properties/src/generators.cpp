@@ -87,7 +87,7 @@ rc::Gen<CaseConfig> config(const ConfigSpace& space) {
                for (uint32_t r = 1; r < 3; ++r)
                    if (space.allow.rope_variants >> r & 1u) ropes.push_back(r);
                if (dtypes.empty()) dtypes.push_back(KVC_DTYPE_F32);
-               c.dtype = *rc::gen::elementOf(dtypes).as("dtype");
+               c.cache_dtype = *rc::gen::elementOf(dtypes).as("dtype");
                c.rope = *rc::gen::elementOf(ropes).as("rope");
                // sizes stay inside the declared limits (0 = none): a limit is not a capability to skip on
                const auto cap = [](uint32_t want, uint32_t limit) { return limit ? std::min(want, limit) : want; };

@@ -45,8 +45,8 @@ PairError pair_error(const CaseConfig& cfg, const float* k_in, uint32_t pos, uin
 } // namespace
 
 double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, uint32_t element) {
-    const double eps = cfg.dtype == KVC_DTYPE_F32 ? 0x1p-23 : cfg.dtype == KVC_DTYPE_F16 ? 0x1p-10 : 0x1p-7;
-    const double tiny = cfg.dtype == KVC_DTYPE_F16 ? 0x1p-24 : 0x1p-126;
+    const double eps = cfg.cache_dtype == KVC_DTYPE_F32 ? 0x1p-23 : cfg.cache_dtype == KVC_DTYPE_F16 ? 0x1p-10 : 0x1p-7;
+    const double tiny = cfg.cache_dtype == KVC_DTYPE_F16 ? 0x1p-24 : 0x1p-126;
     const PairError p = pair_error(cfg, k_in, pos, element);
     return p.f32_rotation + 2.0 * eps * p.m + tiny;
 }
@@ -55,15 +55,15 @@ bool stored_key_acceptable(const CaseConfig& cfg, uint32_t rope_stage, const flo
                            uint32_t element, float rotated, float got) {
     if (!std::isfinite(got)) return false;
     const bool f32_rotation =
-        rope_stage == KVC_ROUND_F32 || (rope_stage == KVC_ROUND_CACHE && cfg.dtype == KVC_DTYPE_F32);
+        rope_stage == KVC_ROUND_F32 || (rope_stage == KVC_ROUND_CACHE && cfg.cache_dtype == KVC_DTYPE_F32);
     if (!f32_rotation)
-        return std::fabs(static_cast<double>(got) - ref::round_to_dtype(rotated, cfg.dtype)) <=
+        return std::fabs(static_cast<double>(got) - ref::round_to_dtype(rotated, cfg.cache_dtype)) <=
                stored_key_bound(cfg, k_in, pos, element);
     // the f32 rotation's error, plus the oracle's own rounding to float and the casts below (2^-24 each)
     const double err =
         pair_error(cfg, k_in, pos, element).f32_rotation + 3.0 * 0x1p-24 * std::fabs(rotated) + 0x1p-149;
-    const float lo = ref::round_to_dtype(static_cast<float>(rotated - err), cfg.dtype);
-    const float hi = ref::round_to_dtype(static_cast<float>(rotated + err), cfg.dtype);
+    const float lo = ref::round_to_dtype(static_cast<float>(rotated - err), cfg.cache_dtype);
+    const float hi = ref::round_to_dtype(static_cast<float>(rotated + err), cfg.cache_dtype);
     return lo <= got && got <= hi;
 }
 

@@ -37,7 +37,7 @@ OutputVerdict grade_call_outputs(const CacheModel& model, uint32_t seq, uint32_t
                                  const GradedRows& rows, const std::optional<Mismatch>& storage_mismatch) {
     const CaseConfig& cfg = model.config();
     const CacheModel::Stream& s = model.stream(seq, layer);
-    const bool narrow_cache = cfg.dtype != KVC_DTYPE_F32;
+    const bool narrow_cache = cfg.cache_dtype != KVC_DTYPE_F32;
     // an implementation is graded for the pipeline it declares, new rows attended unrounded included
     const bool declared_unrounded = declared.new_rows_unrounded && narrow_cache;
     const Expected e = declared_unrounded ? expected_with_unrounded_new_rows(model, s, rows)
@@ -63,7 +63,7 @@ OutputVerdict grade_call_outputs(const CacheModel& model, uint32_t seq, uint32_t
     v.where.expected = v.grade.worst.expected;
     v.where.actual = v.grade.worst.actual;
     v.reason = v.grade.message;
-    if (storage_mismatch) v.reason += storage_error_clause(cfg.dtype, *storage_mismatch);
+    if (storage_mismatch) v.reason += storage_error_clause(cfg.cache_dtype, *storage_mismatch);
     return v;
 }
 

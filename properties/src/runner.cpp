@@ -96,7 +96,7 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
         }
         if (o.fails_f32_class)
             r.notes.push_back("passes its declared precision pipeline but would fail the f32 class");
-        if (declared_pipeline(t.caps).new_rows_unrounded && c.cfg.dtype != KVC_DTYPE_F32)
+        if (declared_pipeline(t.caps).new_rows_unrounded && c.cfg.cache_dtype != KVC_DTYPE_F32)
             r.notes.push_back("declares new rows attended before rounding to the cache dtype: its outputs depend on "
                               "how a prompt is split into calls");
         if (o.headroom > kQualityWarningHeadroom) {

@@ -164,7 +164,7 @@ constexpr double kSafety = 2.2;
 
 // Absolute bound on output element o of a pipeline (tolerance.hpp, docs/tolerance.md).
 double element_bound(const CaseConfig& cfg, const Pipeline& p, const Expected& e, size_t o, uint32_t n) {
-    const uint32_t dt = cfg.dtype, d = cfg.head_dim;
+    const uint32_t dt = cfg.cache_dtype, d = cfg.head_dim;
     const double u32 = 0x1p-24;
     const double u_q = p.q == KVC_ROUND_F32 ? 0.0 : u_of(p.q, dt);
     const double u_r = u_of(p.rope, dt), u_s = u_of(p.scores, dt), u_p = u_of(p.probs, dt);
@@ -202,7 +202,7 @@ struct Scan {
 Scan scan(const CaseConfig& cfg, const Pipeline& p, const float* actual, const Expected& e) {
     Scan r;
     const uint32_t d = cfg.head_dim, Hq = cfg.n_q_heads;
-    const double floor = tolerance_floor(p, cfg.dtype);
+    const double floor = tolerance_floor(p, cfg.cache_dtype);
     for (uint32_t i = 0; i < e.n_new; ++i)
         for (uint32_t h = 0; h < Hq; ++h) {
             const double vs = e.v_scale[static_cast<size_t>(i) * Hq + h];
@@ -251,7 +251,7 @@ std::vector<std::pair<Pipeline, std::string>> candidates(uint32_t cache_dtype) {
 
 std::vector<double> allowed_errors(const CaseConfig& cfg, const Pipeline& p, const Expected& e) {
     const uint32_t d = cfg.head_dim, Hq = cfg.n_q_heads;
-    const double floor = tolerance_floor(p, cfg.dtype);
+    const double floor = tolerance_floor(p, cfg.cache_dtype);
     std::vector<double> a(e.oracle.size());
     for (uint32_t i = 0; i < e.n_new; ++i)
         for (uint32_t h = 0; h < Hq; ++h) {
@@ -278,7 +278,7 @@ Grade grade_outputs(const CaseConfig& cfg, const Pipeline& declared, const float
     g.headroom = mine.headroom;
     g.worst = mine.worst;
     g.pass = !mine.bad && mine.headroom <= 1.0;
-    const bool wide = pipeline_is_f32(declared, cfg.dtype);
+    const bool wide = pipeline_is_f32(declared, cfg.cache_dtype);
     if (g.pass && !wide) g.fails_f32_class = scan(cfg, pipeline_preset(KVC_PRECISION_F32), actual, e).headroom > 1.0;
     if (g.pass) return g;
     std::ostringstream m;
@@ -294,16 +294,16 @@ Grade grade_outputs(const CaseConfig& cfg, const Pipeline& declared, const float
       << g.worst.dim << ": expected " << g.worst.expected << ", got " << g.worst.actual;
     // Name a likely cause only when it explains the error: the same pipeline over new rows attended before their
     // rounding, or a narrower pipeline whose bound the error fits while using a fair share of it.
-    if (unrounded_new_rows && !declared.new_rows_unrounded && cfg.dtype != KVC_DTYPE_F32 &&
+    if (unrounded_new_rows && !declared.new_rows_unrounded && cfg.cache_dtype != KVC_DTYPE_F32 &&
         scan(cfg, declared, actual, *unrounded_new_rows).headroom <= 1.0) {
         m << "; the outputs are consistent with the new rows attended before rounding to the cache dtype "
-          << dtype_name(cfg.dtype) << " (the cache stores them rounded, so outputs depend on how a prompt is "
+          << dtype_name(cfg.cache_dtype) << " (the cache stores them rounded, so outputs depend on how a prompt is "
           << "chunked); declare KVC_PIPELINE_NEW_ROWS_UNROUNDED if that is intended";
-    } else if (name_pipelines && wide && cfg.dtype != KVC_DTYPE_F32) {
+    } else if (name_pipelines && wide && cfg.cache_dtype != KVC_DTYPE_F32) {
         // every narrower pipeline whose bound the error fits while using a fair share of it (16-bit stages are
         // hard to tell apart from one another by outputs alone, so all that fit are named)
         std::string fits;
-        for (const auto& [cand, words] : candidates(cfg.dtype)) {
+        for (const auto& [cand, words] : candidates(cfg.cache_dtype)) {
             const double h = scan(cfg, cand, actual, e).headroom;
             if (h <= 1.0 && h >= 0.02) fits += (fits.empty() ? "" : "; or ") + words;
         }

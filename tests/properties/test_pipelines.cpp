@@ -44,7 +44,7 @@ RandomRow draw_row(std::mt19937_64& g, uint32_t dtype) {
     RandomRow r;
     std::uniform_real_distribution<double> U(0.0, 1.0);
     const auto pick = [&](std::initializer_list<double> xs) { return *(xs.begin() + g() % xs.size()); };
-    r.cfg.dtype = dtype;
+    r.cfg.cache_dtype = dtype;
     r.cfg.rope = static_cast<uint32_t>(g() % 3);
     r.cfg.head_dim = static_cast<uint32_t>(r.cfg.rope ? pick({2, 4, 8, 16, 32, 64, 96, 128, 256})
                                                       : pick({1, 3, 4, 8, 16, 32, 64, 128, 256}));
@@ -77,7 +77,7 @@ std::vector<float> emulate(const RandomRow& r, const emu::Stages& st, emu::Order
                            int variant = 0) {
     emu::Row row;
     row.d = r.cfg.head_dim;
-    row.dtype = r.cfg.dtype;
+    row.dtype = r.cfg.cache_dtype;
     row.rope = r.cfg.rope;
     row.scale = r.cfg.scale();
     row.theta = r.cfg.rope_theta;

@@ -57,7 +57,7 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
     const std::string id = prop::case_id(p.id, index);
     const std::string stem = case_stem(id);
     const uint64_t Hq = cfg.n_q_heads, Hkv = cfg.n_kv_heads, d = cfg.head_dim;
-    const st::DType cdt = cache_st_dtype(cfg.dtype);
+    const st::DType cdt = cache_st_dtype(cfg.cache_dtype);
 
     Written w;
     w.inputs.metadata = {{"format", "kvcheck-vectors-inputs"}, {"case", id}};
@@ -256,7 +256,7 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
             const int limit = o.cases * 200;
             for (int index = 0; accepted < o.cases && index < limit; ++index) {
                 const prop::Case c = prop::generate_case(*p, settings, index, have_caps ? &declared.caps : nullptr);
-                if (!dtypes.count(c.cfg.dtype)) continue;
+                if (!dtypes.count(c.cfg.cache_dtype)) continue;
                 if (have_caps) {
                     const std::vector<std::string> needs = unsupported(c, declared.caps);
                     if (!needs.empty()) {

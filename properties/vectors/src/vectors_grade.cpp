@@ -59,7 +59,7 @@ public:
     CaseGrader(const VCase& vc, const Results& res, const st::File& f, const json& js, std::string file)
         : vc_(vc), res_(res), results_(f), results_json_(js), file_(std::move(file)), cfg_(vc.c.cfg),
           head_dim_(cfg_.head_dim), row_elems_(static_cast<size_t>(cfg_.n_kv_heads) * head_dim_),
-          elem_bytes_(dtype_size(cfg_.dtype)), model_(cfg_) {}
+          elem_bytes_(dtype_size(cfg_.cache_dtype)), model_(cfg_) {}
 
     // Throws CaseFail / CaseError.
     void run() {
@@ -111,7 +111,7 @@ private:
 
     // A dump of every row of one (sequence, layer): [rows][Hkv][d] in the cache dtype, rows as the model says.
     const st::Tensor& dump(const std::string& name, uint32_t seq, uint32_t layer, uint32_t rows) {
-        const st::Tensor& t = tensor(name, cache_st_dtype(cfg_.dtype));
+        const st::Tensor& t = tensor(name, cache_st_dtype(cfg_.cache_dtype));
         if (t.shape.size() != 3 || t.shape[1] != cfg_.n_kv_heads || t.shape[2] != head_dim_)
             error(step_, file_ + ".safetensors: tensor \"" + name + "\" has shape " + st::shape_text(t.shape) +
                              ", expected [rows, " + std::to_string(cfg_.n_kv_heads) + ", " +
@@ -293,7 +293,7 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
         g.r.headroom = grader.headroom;
         if (grader.fails_f32_class)
             g.r.notes.push_back("passes its declared precision pipeline but would fail the f32 class");
-        if (res.declared.pipeline.new_rows_unrounded && vc.c.cfg.dtype != KVC_DTYPE_F32 && vc.checks.equiv)
+        if (res.declared.pipeline.new_rows_unrounded && vc.c.cfg.cache_dtype != KVC_DTYPE_F32 && vc.checks.equiv)
             g.r.notes.push_back("declares new rows attended before rounding to the cache dtype: its outputs depend on "
                                 "how a prompt is split into calls");
         if (grader.headroom > prop::kQualityWarningHeadroom) {

@@ -132,7 +132,7 @@ nlohmann::json config_json(const prop::CaseConfig& cfg) {
             {"n_q_heads", cfg.n_q_heads},
             {"n_kv_heads", cfg.n_kv_heads},
             {"head_dim", cfg.head_dim},
-            {"dtype", dtype_name(cfg.dtype)},
+            {"dtype", dtype_name(cfg.cache_dtype)},
             {"rope", rope_name(cfg.rope)},
             {"rope_theta", cfg.rope_theta},
             {"rope_theta_bits", float_bits(cfg.rope_theta)},

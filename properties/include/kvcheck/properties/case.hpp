@@ -17,7 +17,7 @@ struct CaseConfig {
     uint32_t n_q_heads = 1;
     uint32_t n_kv_heads = 1;
     uint32_t head_dim = 4;
-    uint32_t dtype = KVC_DTYPE_F32;   // kvc_dtype
+    uint32_t cache_dtype = KVC_DTYPE_F32; // kvc_dtype, as kvc_config.cache_dtype
     uint32_t rope = KVC_ROPE_NONE;    // kvc_rope
     uint32_t block_size_hint = 0;
     uint32_t max_seqs = 4;
