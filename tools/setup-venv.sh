@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates the Python virtual environment the ONNX Runtime driver (tools/ort_driver) runs in, with the pinned
-# onnxruntime, onnx and numpy from PyPI. Idempotent: a venv that already imports the pinned versions is left alone.
+# onnxruntime, onnx and numpy from PyPI, and ml_dtypes (the fp8 cross-check, tests/reference/quantize_ml_dtypes.sh).
+# Idempotent: a venv that already imports the pinned versions is left alone.
 #
 #   bash tools/setup-venv.sh [DIR]        (default: build/venv)
 #
@@ -11,20 +12,22 @@ cd "$(dirname "$0")/.."
 
 venv=${1:-build/venv}
 # The versions docs/real-implementations.md reports on. A newer ORT may compute differently: change both together.
-pins=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy>=1.26,<3")
+# ml_dtypes: onnx already requires it (>=0.5.4); pinned so the fp8 codes are compared with one known version.
+pins=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy>=1.26,<3" "ml_dtypes==0.7.0")
 want_ort=1.31.1
 want_onnx=1.23.2
+want_mld=0.7.0
 
 check() {
-  "$venv/bin/python" - "$want_ort" "$want_onnx" <<'EOF' >/dev/null 2>&1
+  "$venv/bin/python" - "$want_ort" "$want_onnx" "$want_mld" <<'EOF' >/dev/null 2>&1
 import sys
-import numpy, onnx, onnxruntime
-sys.exit(0 if (onnxruntime.__version__, onnx.__version__) == (sys.argv[1], sys.argv[2]) else 1)
+import ml_dtypes, numpy, onnx, onnxruntime
+sys.exit(0 if (onnxruntime.__version__, onnx.__version__, ml_dtypes.__version__) == tuple(sys.argv[1:4]) else 1)
 EOF
 }
 
 if [ -x "$venv/bin/python" ] && check; then
-  echo "[venv] $venv ready (onnxruntime $want_ort, onnx $want_onnx)"
+  echo "[venv] $venv ready (onnxruntime $want_ort, onnx $want_onnx, ml_dtypes $want_mld)"
   exit 0
 fi
 
@@ -48,7 +51,7 @@ echo "[venv] $venv from $made: pip install ${pins[*]}"
 log="$venv/pip-install.log"
 if "$venv/bin/pip" install --disable-pip-version-check --no-input --timeout 30 --retries 2 "${pins[@]}" >"$log" 2>&1 &&
    check; then
-  echo "[venv] $venv ready (onnxruntime $want_ort, onnx $want_onnx)"
+  echo "[venv] $venv ready (onnxruntime $want_ort, onnx $want_onnx, ml_dtypes $want_mld)"
   exit 0
 fi
 tail -n 20 "$log" >&2
