@@ -3,16 +3,12 @@
 // chunked appends — must pass each honest one and fail the ones that say less than they do. The arithmetic is the
 // emulator's (pipeline_emulator.hpp); KVC_PIPE_DOUBLE selects the behaviour (CMakeLists.txt lists them).
 //
-// Storage is one contiguous stream per (sequence, layer); keys are rotated in float (f32 angles) and rounded to the
-// cache dtype, as an ordinary implementation does.
+// Storage is the plain contiguous cache (contiguous_cache.hpp), the stored values widened to float; keys are
+// rotated in float (f32 angles) and rounded to the cache dtype, as an ordinary implementation does.
+#include "contiguous_cache.hpp"
 #include "pipeline_emulator.hpp"
 
-#include "kvcheck/abi.h"
-#include "kvcheck/reference/dtype.hpp"
-
 #include <cmath>
-#include <cstring>
-#include <string>
 #include <vector>
 
 #ifndef KVC_PIPE_DOUBLE
@@ -60,20 +56,7 @@ Order order() {
 
 constexpr bool kNewRowsUnrounded = KVC_PIPE_DOUBLE == PIPE_NEW_ROWS_PLAIN || KVC_PIPE_DOUBLE == PIPE_NEW_ROWS_DECL;
 
-struct Stream {
-    std::vector<float> k, v; // [len][Hkv*d] stored values (rounded to the cache dtype), widened
-    uint32_t len = 0;
-};
-
-struct Cache {
-    kvc_config cfg{};
-    std::vector<std::vector<Stream>> streams; // [seq][layer]
-    std::string error;
-};
-
-thread_local std::string g_create_error;
-
-size_t row(const Cache& c) { return static_cast<size_t>(c.cfg.n_kv_heads) * c.cfg.head_dim; }
+using Cache = kvc::dbl::Cache<float>;
 
 void rotate(const kvc_config& cfg, float* x, uint32_t pos) { // float RoPE, f32 angles
     if (cfg.rope == KVC_ROPE_NONE) return;
@@ -99,13 +82,8 @@ float truncate_to_dtype(float x, uint32_t dtype) {
 }
 
 void get_caps(kvc_caps* out) {
-    kvc_caps c{};
-    c.struct_size = sizeof c;
-    c.dtypes = 0x7u;
+    kvc_caps c = kvc::dbl::host_caps(0x7u, KVC_FEATURE_GQA | KVC_FEATURE_CHUNKED);
     c.rope_variants = (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ);
-    c.features = KVC_FEATURE_GQA | KVC_FEATURE_CHUNKED;
-    c.precision = KVC_PRECISION_F32;
-    c.memory_space = KVC_MEMORY_HOST;
     const Stages st = stages();
     const bool declares = KVC_PIPE_DOUBLE != PIPE_OVERCLAIM && KVC_PIPE_DOUBLE != PIPE_NEW_ROWS_PLAIN &&
                           KVC_PIPE_DOUBLE != PIPE_PROBS_PLAIN;
@@ -113,44 +91,16 @@ void get_caps(kvc_caps* out) {
         c.pipeline = {st.q, st.rope, st.scores, st.probs, st.accum, st.output, KVC_PIPELINE_DECLARED};
         if (KVC_PIPE_DOUBLE == PIPE_NEW_ROWS_DECL) c.pipeline.flags |= KVC_PIPELINE_NEW_ROWS_UNROUNDED;
     }
-    const uint32_t n = out->struct_size < sizeof c ? out->struct_size : static_cast<uint32_t>(sizeof c);
-    std::memcpy(out, &c, n);
-    out->struct_size = n;
-}
-
-kvc_status create(const kvc_config* cfg, kvc_cache** out) {
-    if (!cfg || !out || cfg->n_kv_heads == 0 || cfg->head_dim == 0 || cfg->n_q_heads % cfg->n_kv_heads != 0 ||
-        cfg->cache_dtype > 2 || cfg->rope > 2 || (cfg->rope && cfg->head_dim % 2) || cfg->n_layers == 0 ||
-        cfg->max_seqs == 0) {
-        g_create_error = "unsupported or invalid config";
-        return KVC_ERR_UNSUPPORTED;
-    }
-    auto* c = new Cache;
-    c->cfg = *cfg;
-    c->streams.assign(cfg->max_seqs, std::vector<Stream>(cfg->n_layers));
-    *out = reinterpret_cast<kvc_cache*>(c);
-    return KVC_OK;
-}
-
-void destroy(kvc_cache* cache) { delete reinterpret_cast<Cache*>(cache); }
-
-const char* last_error(const kvc_cache* cache) {
-    return cache ? reinterpret_cast<const Cache*>(cache)->error.c_str() : g_create_error.c_str();
+    kvc::dbl::put_caps(out, c);
 }
 
 kvc_status append_attend(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t n_new, const float* q,
                          const float* k, const float* v, float* out) {
-    Cache* c = reinterpret_cast<Cache*>(cache);
-    if (seq >= c->cfg.max_seqs || layer >= c->cfg.n_layers) {
-        c->error = "sequence or layer out of range";
-        return KVC_ERR_INVALID_ARGUMENT;
-    }
-    Stream& s = c->streams[seq][layer];
-    if (c->cfg.max_tokens && s.len + n_new > c->cfg.max_tokens) {
-        c->error = "max_tokens reached";
-        return KVC_ERR_OUT_OF_MEMORY;
-    }
-    const size_t r = row(*c);
+    Cache* c = kvc::dbl::self<Cache>(cache);
+    const kvc_status status = kvc::dbl::check_append(c, seq, layer, n_new);
+    if (status != KVC_OK) return status;
+    Cache::Stream& s = c->streams[seq][layer];
+    const size_t r = c->row();
     const uint32_t before = s.len, d = c->cfg.head_dim, Hkv = c->cfg.n_kv_heads, Hq = c->cfg.n_q_heads;
     // what this call attends: the stored rows, and its own new rows stored (or, unrounded, as given)
     std::vector<float> k_att = s.k, v_att = s.v;
@@ -189,56 +139,24 @@ kvc_status append_attend(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_
     return KVC_OK;
 }
 
-kvc_status read_kv(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out,
-                   void* v_out) {
-    Cache* c = reinterpret_cast<Cache*>(cache);
-    if (seq >= c->cfg.max_seqs || layer >= c->cfg.n_layers || pos + n > c->streams[seq][layer].len) {
-        c->error = "rows out of range";
-        return KVC_ERR_INVALID_ARGUMENT;
-    }
-    const Stream& s = c->streams[seq][layer];
-    const size_t r = row(*c), es = c->cfg.cache_dtype == KVC_DTYPE_F32 ? 4 : 2;
-    for (size_t x = 0; x < n * r; ++x) {
-        kvc::ref::store_dtype(s.k[pos * r + x], c->cfg.cache_dtype, static_cast<uint8_t*>(k_out) + x * es);
-        kvc::ref::store_dtype(s.v[pos * r + x], c->cfg.cache_dtype, static_cast<uint8_t*>(v_out) + x * es);
-    }
-    return KVC_OK;
-}
-
-kvc_status seq_length(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t* length) {
-    Cache* c = reinterpret_cast<Cache*>(cache);
-    if (seq >= c->cfg.max_seqs || layer >= c->cfg.n_layers || !length) {
-        c->error = "sequence or layer out of range";
-        return KVC_ERR_INVALID_ARGUMENT;
-    }
-    *length = c->streams[seq][layer].len;
-    return KVC_OK;
-}
-
-kvc_status memory(kvc_cache* cache, kvc_memory* out) {
-    Cache* c = reinterpret_cast<Cache*>(cache);
-    uint64_t live = 0, held = 0;
-    const uint64_t rb = 2ull * row(*c) * (c->cfg.cache_dtype == KVC_DTYPE_F32 ? 4 : 2);
-    for (const auto& layers : c->streams)
-        for (const Stream& s : layers) {
-            live += s.len * rb;
-            held += (s.k.capacity() + s.v.capacity()) * sizeof(float); // widened storage: all of it reported
-        }
-    kvc_memory m{};
-    m.struct_size = sizeof m;
-    m.block_size = 1;
-    m.live_bytes = live;
-    m.capacity_bytes = live;
-    m.pool_bytes = held > live ? held - live : 0;
-    const uint32_t n = out->struct_size < sizeof m ? out->struct_size : static_cast<uint32_t>(sizeof m);
-    std::memcpy(out, &m, n);
-    out->struct_size = n;
-    return KVC_OK;
-}
-
 const kvc_plugin_api kApi = {
-    sizeof(kvc_plugin_api), KVC_ABI_VERSION_MAJOR, KVC_ABI_VERSION_MINOR, "double-pipeline", "1",
-    get_caps, create, destroy, last_error, append_attend, nullptr, read_kv, seq_length, memory, nullptr, nullptr};
+    sizeof(kvc_plugin_api),
+    KVC_ABI_VERSION_MAJOR,
+    KVC_ABI_VERSION_MINOR,
+    "double-pipeline",
+    "1",
+    get_caps,
+    kvc::dbl::create<Cache, 0x7u, true>,
+    kvc::dbl::destroy<Cache>,
+    kvc::dbl::last_error<Cache>,
+    append_attend,
+    nullptr,
+    kvc::dbl::read_kv<Cache>,
+    kvc::dbl::seq_length<Cache>,
+    kvc::dbl::memory<Cache>,
+    nullptr,
+    nullptr,
+};
 
 } // namespace
 

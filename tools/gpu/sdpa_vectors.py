@@ -40,8 +40,7 @@ except ImportError as e:
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python_example"))
-import safetensors_np as st  # noqa: E402  (numpy-only reader and writer)
-import vectors_io  # noqa: E402  (the example's manifest loop)
+import vectors_io  # noqa: E402  (the example's case replay: manifest, steps, results files; numpy only)
 
 
 def load_torch():
@@ -161,49 +160,6 @@ class Cache:
         return sum(2 * x.numel() * x.element_size() for x in self.k.values())
 
 
-def run_case(torch, case, vectors, results, backend):
-    inputs, _, _ = st.read(os.path.join(vectors, case["inputs"]))
-    cfg = case["config"]
-    cache = Cache(torch, cfg, backend)
-    stored = {"f16": "F16", "bf16": "BF16"}[cfg["dtype"]]
-    out, live = [], []
-    for step in case["steps"]:
-        if step["op"] in ("append", "append_batch"):
-            names = step["inputs"]
-            q, k, v = inputs[names["q"]], inputs[names["k"]], inputs[names["v"]]
-            slices = step["slices"] if step["op"] == "append_batch" else [
-                dict(seq=step["seq"], token_begin=0, token_end=step["n_new"], dump=step["dump"])]
-            o = np.zeros(q.shape, np.float32)
-            for sl in slices:  # a batch step runs its sequences one at a time
-                b, e = sl["token_begin"], sl["token_end"]
-                o[b:e] = cache.append_attend(sl["seq"], step["layer"], q[b:e], k[b:e], v[b:e])
-                kd, vd = cache.dump(sl["seq"], step["layer"])
-                out += [(sl["dump"]["k"], stored, kd), (sl["dump"]["v"], stored, vd)]
-            out.append((f"step{step['step']}.out", "F32", o))
-        elif step["op"] == "fork":
-            cache.fork(step["parent"], step["child"])
-        elif step["op"] == "release":
-            cache.release(step["seq"])
-        else:
-            raise ValueError(f"{case['id']}: unknown op {step['op']}")
-        live.append(int(cache.live_bytes()))
-    for d in case["final_dumps"]:
-        kd, vd = cache.dump(d["seq"], d["layer"])
-        out += [(d["k"], stored, kd), (d["v"], stored, vd)]
-    st.write(os.path.join(results, case["file"] + ".safetensors"), out, {"case": case["id"]})
-    with open(os.path.join(results, case["file"] + ".json"), "w") as f:
-        json.dump({"case": case["id"], "live_bytes": live}, f)
-        f.write("\n")
-
-
-def supported(case, caps):
-    """The case's requirements are declared and its head_dim is one the fused kernels take."""
-    if not set(case["requires"]) <= set(caps["capabilities"]):
-        return False
-    d = case["config"]["head_dim"]
-    return d % caps["limits"]["head_dim_multiple"] == 0 and d <= caps["limits"]["max_head_dim"]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vectors", required=True, help="directory written by `kvcheck export`")
@@ -220,9 +176,8 @@ def main():
     with open(os.path.join(HERE, "sdpa_caps.json")) as f:
         caps = json.load(f)
     pipeline = vectors_io.pipeline_arg(args.pipeline, "sdpa_vectors.py") if args.pipeline else caps["pipeline"]
-    ran, skipped = vectors_io.run_cases(
-        manifest, args.results, lambda case: supported(case, caps),
-        lambda case: run_case(torch, case, args.vectors, args.results, args.backend))
+    ran, skipped = vectors_io.run_cases(args.vectors, manifest, args.results,
+                                        lambda cfg: Cache(torch, cfg, args.backend), caps)
     name = "pytorch-sdpa-cuda" + ("" if args.backend == "auto" else "-" + args.backend)
     vectors_io.write_results_manifest(args.results, {
         "implementation": name, "version": f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}",

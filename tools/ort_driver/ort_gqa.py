@@ -39,12 +39,10 @@ from onnx import TensorProto, helper
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python_example"))
-import safetensors_np as st  # noqa: E402  (the example's reader and writer: numpy only)
-import vectors_io  # noqa: E402  (the example's manifest loop)
+import vectors_io  # noqa: E402  (the example's case replay: manifest, steps, results files)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NP = {"f32": np.float32, "f16": np.float16}
-ST = {"f32": "F32", "f16": "F16"}
 
 
 def f32_from_bits(text):
@@ -155,50 +153,6 @@ class Cache:
         return sum(2 * t.size * t.itemsize for t in self.k.values())
 
 
-def run_case(case, vectors, results, mode, threads):
-    inputs, _, _ = st.read(os.path.join(vectors, case["inputs"]))
-    cfg = case["config"]
-    cache = Cache(cfg, mode, threads)
-    stored = ST[cfg["dtype"]]
-    out, live = [], []
-    for step in case["steps"]:
-        if step["op"] in ("append", "append_batch"):
-            names = step["inputs"]
-            q, k, v = inputs[names["q"]], inputs[names["k"]], inputs[names["v"]]
-            slices = step["slices"] if step["op"] == "append_batch" else [
-                dict(seq=step["seq"], token_begin=0, token_end=step["n_new"], dump=step["dump"])]
-            o = np.zeros(q.shape, np.float32)
-            for sl in slices:  # one operator run per sequence of a batch
-                b, e = sl["token_begin"], sl["token_end"]
-                o[b:e] = cache.append_attend(sl["seq"], step["layer"], q[b:e], k[b:e], v[b:e])
-                kd, vd = cache.dump(sl["seq"], step["layer"])
-                out += [(sl["dump"]["k"], stored, kd), (sl["dump"]["v"], stored, vd)]
-            out.append((f"step{step['step']}.out", "F32", o))
-        elif step["op"] == "fork":
-            cache.fork(step["parent"], step["child"])
-        elif step["op"] == "release":
-            cache.release(step["seq"])
-        else:
-            raise ValueError(f"{case['id']}: unknown op {step['op']}")
-        live.append(int(cache.live_bytes()))
-    for d in case["final_dumps"]:
-        kd, vd = cache.dump(d["seq"], d["layer"])
-        out += [(d["k"], stored, kd), (d["v"], stored, vd)]
-    st.write(os.path.join(results, case["file"] + ".safetensors"), out, {"case": case["id"]})
-    with open(os.path.join(results, case["file"] + ".json"), "w") as f:
-        json.dump({"case": case["id"], "live_bytes": live}, f)
-        f.write("\n")
-
-
-def supported(case, caps):
-    """The case's requirements are declared, and its head_dim is a multiple ORT accepts."""
-    if not set(case["requires"]) <= set(caps["capabilities"]):
-        return False
-    lim, cfg = caps["limits"], case["config"]
-    mult = lim["head_dim_multiple_rope"] if cfg["rope"] != "none" else lim["head_dim_multiple"]
-    return cfg["head_dim"] % mult == 0
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vectors", required=True, help="directory written by `kvcheck export`")
@@ -213,9 +167,8 @@ def main():
         caps = json.load(f)
     manifest = vectors_io.load_manifest(args.vectors, "ort_gqa.py")
     pipeline = vectors_io.pipeline_arg(args.pipeline, "ort_gqa.py") if args.pipeline else caps["pipelines"][args.mode]
-    ran, skipped = vectors_io.run_cases(
-        manifest, args.results, lambda case: supported(case, caps),
-        lambda case: run_case(case, args.vectors, args.results, args.mode, args.threads))
+    ran, skipped = vectors_io.run_cases(args.vectors, manifest, args.results,
+                                        lambda cfg: Cache(cfg, args.mode, args.threads), caps)
     name = "onnxruntime-gqa-cpu-" + args.mode
     vectors_io.write_results_manifest(args.results, {
         "implementation": name, "version": f"onnxruntime {ort.__version__}, onnx {onnx.__version__}",

@@ -17,19 +17,17 @@ with --pipeline '{"new_rows_unrounded": true}' that is graded for what it is.
 """
 
 import argparse
-import json
-import os
 import sys
 
 import numpy as np
 
-import safetensors_np as st
 import vectors_io
 
 # What this implementation supports, in the words kvcheck's manifest uses for a case's "requires".
 CAPABILITIES = ["dtype f32", "dtype f16", "dtype bf16", "rope neox", "rope gptj", "gqa", "chunked", "fork", "release",
                 "batch"]
-STORAGE = {"f32": ("F32", np.float32), "f16": ("F16", np.float16), "bf16": ("BF16", np.uint16)}
+# the numpy dtype each cache dtype is stored in (numpy has no bfloat16: bf16 is kept as its bit patterns)
+STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
 
 
 # ---- cache dtypes: float32 -> what the cache stores, and back --------------------------------------------------
@@ -101,8 +99,8 @@ class KVCache:
         key = (seq, layer)
         if key not in self.k:
             shape = (self.max_tokens, self.hkv, self.d)
-            self.k[key] = np.zeros(shape, STORAGE[self.dtype][1])
-            self.v[key] = np.zeros(shape, STORAGE[self.dtype][1])
+            self.k[key] = np.zeros(shape, STORAGE[self.dtype])
+            self.v[key] = np.zeros(shape, STORAGE[self.dtype])
             self.length[key] = 0
         return key
 
@@ -157,50 +155,8 @@ class KVCache:
             self.length[self._stream(seq, layer)] = 0
 
     def live_bytes(self):
-        row = self.hkv * self.d * np.dtype(STORAGE[self.dtype][1]).itemsize
+        row = self.hkv * self.d * np.dtype(STORAGE[self.dtype]).itemsize
         return sum(2 * n * row for n in self.length.values())
-
-
-# ---- running the vectors -----------------------------------------------------------------------------------------
-
-
-def run_case(case, vectors, results, bug):
-    inputs, _, _ = st.read(os.path.join(vectors, case["inputs"]))
-    cfg = case["config"]
-    cache = KVCache(cfg, bug == "skip-self", bug == "unrounded-new-rows")
-    dt_name = STORAGE[cfg["dtype"]][0]
-    out, live = [], []
-    for step in case["steps"]:
-        i = step["step"]
-        if step["op"] in ("append", "append_batch"):
-            names = step["inputs"]
-            q, k, v = inputs[names["q"]], inputs[names["k"]], inputs[names["v"]]
-            # a batch packs its sequences' tokens one after another; each slice says where its tokens are.
-            # This cache has no batched kernel: it runs the slices one by one, which is what a batch means.
-            slices = step["slices"] if step["op"] == "append_batch" else [
-                dict(seq=step["seq"], token_begin=0, token_end=step["n_new"], dump=step["dump"])]
-            o = np.zeros((q.shape[0], q.shape[1], q.shape[2]), np.float32)
-            for sl in slices:
-                b, e = sl["token_begin"], sl["token_end"]
-                o[b:e] = cache.append_attend(sl["seq"], step["layer"], q[b:e], k[b:e], v[b:e])
-                kd, vd = cache.dump(sl["seq"], step["layer"])
-                out += [(sl["dump"]["k"], dt_name, kd), (sl["dump"]["v"], dt_name, vd)]
-            out.append((f"step{i}.out", "F32", o))
-        elif step["op"] == "fork":
-            cache.fork(step["parent"], step["child"])
-        elif step["op"] == "release":
-            cache.release(step["seq"])
-        else:
-            raise ValueError(f"{case['id']}: unknown op {step['op']}")
-        live.append(int(cache.live_bytes()))
-    for (seq, layer), n in sorted(cache.length.items()):
-        if n > 0:
-            kd, vd = cache.dump(seq, layer)
-            out += [(f"final.s{seq}.l{layer}.k", dt_name, kd), (f"final.s{seq}.l{layer}.v", dt_name, vd)]
-    st.write(os.path.join(results, case["file"] + ".safetensors"), out, {"case": case["id"]})
-    with open(os.path.join(results, case["file"] + ".json"), "w") as f:
-        json.dump({"case": case["id"], "live_bytes": live}, f)
-        f.write("\n")
 
 
 def main():
@@ -216,8 +172,10 @@ def main():
 
     manifest = vectors_io.load_manifest(args.vectors, "kvcache_example.py")
     pipeline = vectors_io.pipeline_arg(args.pipeline, "kvcache_example.py")  # before any work: a typo fails fast
-    ran, skipped = vectors_io.run_cases(manifest, args.results, lambda case: set(case["requires"]) <= set(CAPABILITIES),
-                                        lambda case: run_case(case, args.vectors, args.results, args.bug))
+    ran, skipped = vectors_io.run_cases(
+        args.vectors, manifest, args.results,
+        lambda cfg: KVCache(cfg, args.bug == "skip-self", args.bug == "unrounded-new-rows"),
+        {"capabilities": CAPABILITIES})
     name = "numpy-example" + ("-" + args.bug if args.bug else "")
     vectors_io.write_results_manifest(args.results, {"implementation": name, "version": "1.0",
                                                      "pipeline": pipeline,
