@@ -238,6 +238,53 @@ TEST_F(HostileFiles, ValidateRefusesAFifoOrSymlinkAsReportBeforeRunning) {
     EXPECT_EQ(read_file(dir_ / "precious.txt"), "keep me");
 }
 
+// A protected (0444) report or JUnit file is refused before the run (exit 2, naming it) and kept, as golden regen
+// refuses one: by validate and grade alike, even for root.
+TEST_F(HostileFiles, AReadOnlyReportOrJunitIsRefusedBeforeRunning) {
+    for (const char* name : {"ro.json", "ro.xml"}) {
+        spit(dir_ / name, "protected");
+        fs::permissions(dir_ / name, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+    }
+    vectors_and_results();
+    for (const std::string& command : {std::string("validate --builtin example --filter '^EQUIV/0$' --cases 1"),
+                                       std::string("grade --vectors v --results r")})
+        for (const std::string& file : {std::string("--report ro.json"), std::string("--junit ro.xml")}) {
+            const Outcome o = kvcheck(command + " " + file);
+            EXPECT_EQ(o.rc, 2) << command << " " << file << ": " << o.all();
+            EXPECT_NE(o.err.find(file.substr(file.find(' ') + 1) + ": is read-only"), std::string::npos) << o.all();
+            EXPECT_EQ(o.out.find("verdict table"), std::string::npos) << "refused only after the run: " << o.all();
+            EXPECT_EQ(o.out.find("summary:"), std::string::npos) << "refused only after grading: " << o.all();
+        }
+    EXPECT_EQ(read_file(dir_ / "ro.json"), "protected");
+    EXPECT_EQ(read_file(dir_ / "ro.xml"), "protected");
+}
+
+// A report path is echoed as everything else from outside is: its control characters escaped ("wrote PATH").
+TEST_F(HostileFiles, AReportPathWithControlCharactersIsPrintedEscaped) {
+    const std::string name = "r\x1b]0;pwned\x07.json";
+    const Outcome o = kvcheck("validate --builtin example --filter '^EQUIV/0$' --cases 1 --report " + quote(name));
+    EXPECT_EQ(o.rc, 0) << o.all();
+    EXPECT_TRUE(fs::exists(dir_ / name));
+    EXPECT_NE(o.out.find("wrote r\\x1b]0;pwned\\x07.json\n"), std::string::npos) << o.out;
+    EXPECT_EQ(o.out.find('\x1b'), std::string::npos) << o.out;
+    EXPECT_EQ(o.out.find('\x07'), std::string::npos) << o.out;
+}
+
+// A directory where the temporary of the atomic write goes (.NAME.kvcheck-tmp) is refused before the run (exit 2,
+// naming it), not found after it (exit 3), and left alone.
+TEST_F(HostileFiles, ADirectoryWhereTheTemporaryGoesIsRefusedBeforeRunning) {
+    fs::create_directories(dir_ / ".report.json.kvcheck-tmp");
+    fs::create_directories(dir_ / ".junit.xml.kvcheck-tmp");
+    for (const char* args : {"--report report.json", "--junit junit.xml"}) {
+        const Outcome o = kvcheck(std::string("validate --builtin example --filter '^EQUIV/0$' --cases 1 ") + args);
+        EXPECT_EQ(o.rc, 2) << args << ": " << o.all();
+        EXPECT_NE(o.err.find(".kvcheck-tmp is a directory"), std::string::npos) << o.all();
+        EXPECT_EQ(o.out.find("verdict table"), std::string::npos) << "refused only after the run: " << o.all();
+    }
+    EXPECT_TRUE(fs::is_directory(dir_ / ".report.json.kvcheck-tmp"));
+    EXPECT_FALSE(fs::exists(dir_ / "report.json"));
+}
+
 // Killed (SIGKILL) at every step of writing the pair: each file is the old one or the complete new one, a new XML
 // never sits beside an old JSON nor a new JSON beside an old XML, and the next run leaves no temporary.
 TEST_F(HostileFiles, KilledAtAnyStepOfWritingTheReportPairLeavesNoMixtureAndNoTemporary) {
@@ -549,7 +596,9 @@ TEST_F(HostileFiles, GradeRefusesAManifestListingNoCase) {
 // validate exits 3 when its report cannot be written (docs/cli.md); grade said 2.
 TEST_F(HostileFiles, GradeExitsThreeWhenTheReportCannotBeWritten) {
     vectors_and_results();
-    const Outcome o = kvcheck("grade --vectors v --results r --report /proc/version");
+    // a new file in /proc passes what is checked before grading (a read-only one, /proc/version, is refused there);
+    // only its temporary fails to be created
+    const Outcome o = kvcheck("grade --vectors v --results r --report /proc/kvcheck-report.json");
     EXPECT_EQ(o.rc, 3) << o.all();
     EXPECT_NE(o.err.find("cannot write the report"), std::string::npos) << o.all();
 }

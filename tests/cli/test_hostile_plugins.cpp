@@ -201,6 +201,36 @@ TEST_F(Hostile, ForkedGrandchildrenDoNotOutliveTheirCase) {
     EXPECT_TRUE(survivors.empty()) << survivors.size() << " of " << pids.size() << " grandchildren outlived kvcheck";
 }
 
+// Processes that left the case's process group (setsid(), then a fork of their own: tests/doubles/escaping_plugin.c)
+// die with their case too, under both isolations: kvcheck is their subreaper and ends them once the case child is
+// reaped. The run itself is unaffected (the cache is correct).
+TEST_F(Hostile, ProcessesThatLeaveTheGroupDoNotOutliveKvcheck) {
+    for (const char* isolation : {"fork", "exec"}) {
+        const fs::path pid_file = path(std::string("escaped_") + isolation + ".txt");
+        const Outcome r = run_kvcheck(dir_,
+                                      "validate " + double_plugin("escaper") + " --filter '^EQUIV/' --cases 2 " +
+                                          "--isolation " + isolation,
+                                      "KVC_ESCAPER_PIDS=" + quote(pid_file.string()) + " ");
+        EXPECT_EQ(r.rc, 0) << isolation << ": " << r.all();
+        std::vector<pid_t> pids;
+        std::istringstream in(read_file(pid_file));
+        for (int pid; in >> pid;) pids.push_back(pid);
+        ASSERT_GE(pids.size(), 4u) << isolation << ": each case's create() records two";
+        // Reaped means kill(pid, 0) fails with ESRCH; the wait (2 s at most) only lets the kernel finish a kill.
+        std::vector<pid_t> survivors;
+        for (int attempt = 0; attempt < 20; ++attempt) {
+            survivors.clear();
+            for (const pid_t p : pids)
+                if (kill(p, 0) == 0 || errno != ESRCH) survivors.push_back(p);
+            if (survivors.empty()) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        for (const pid_t p : survivors) kill(p, SIGKILL); // not left behind for a minute
+        EXPECT_TRUE(survivors.empty()) << isolation << ": " << survivors.size() << " of " << pids.size()
+                                       << " processes that left the case's group outlived kvcheck";
+    }
+}
+
 // Item 9: terminal control sequences in the plugin's name and version never reach the terminal or the reports raw.
 TEST_F(Hostile, ControlCharactersInNameAndVersionAreEscaped) {
     const Outcome r = kvcheck("validate " + hostile("ctrl_name") +

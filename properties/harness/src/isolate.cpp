@@ -1,5 +1,6 @@
 #include "kvcheck/harness/isolate.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -14,10 +15,13 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 namespace kvc::harness {
 namespace {
@@ -65,6 +69,44 @@ void install_group_killer() {
         sa.sa_handler = kill_group_and_die;
         sigemptyset(&sa.sa_mask);
         sigaction(sig, &sa, nullptr);
+    }
+}
+
+// The processes whose parent is this one. kvcheck runs one child at a time and has reaped it when it asks, so each
+// of them is a descendant of that child, re-parented here when its own parent ended (kvcheck is their subreaper).
+std::vector<pid_t> adopted_processes() {
+    std::vector<pid_t> pids;
+    const pid_t self = getpid();
+    DIR* proc = opendir("/proc");
+    if (!proc) return pids;
+    while (const dirent* e = readdir(proc)) {
+        char* end = nullptr;
+        const long pid = std::strtol(e->d_name, &end, 10);
+        if (pid <= 0 || *end != '\0') continue;
+        std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+        std::string line;
+        if (!std::getline(stat, line)) continue; // gone meanwhile
+        // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so the fields follow the last ')'
+        const std::size_t paren = line.rfind(')');
+        if (paren == std::string::npos) continue;
+        long ppid = 0;
+        if (std::sscanf(line.c_str() + paren + 1, " %*c %ld", &ppid) == 1 && ppid == self)
+            pids.push_back(static_cast<pid_t>(pid));
+    }
+    closedir(proc);
+    return pids;
+}
+
+// What a case started and that left its process group (setsid(), setpgid()) survives the group's SIGKILL. Once the
+// case child is reaped, such processes are children of kvcheck, the subreaper: each is killed and reaped, which
+// hands its own children to kvcheck in turn, until none is left. A pid stays ours until we reap it, so a kill here
+// never hits an unrelated process.
+void reap_escaped() {
+    for (std::vector<pid_t> orphans = adopted_processes(); !orphans.empty(); orphans = adopted_processes()) {
+        for (const pid_t p : orphans) kill(p, SIGKILL);
+        for (const pid_t p : orphans)
+            while (waitpid(p, nullptr, 0) < 0 && errno == EINTR) {
+            }
     }
 }
 
@@ -152,6 +194,9 @@ std::string signal_description(int sig) {
 
 ChildRun run_in_child(const std::function<void(int)>& body, const ChildLimits& limits) {
     install_group_killer();
+    // Orphans of what the case starts become children of kvcheck rather than of init, whatever session or process
+    // group they moved to, so that reap_escaped() can find and end them (the setting is not inherited by the child).
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     Pipe result, output;
     std::cout.flush();
     std::cerr.flush();
@@ -240,6 +285,7 @@ ChildRun run_in_child(const std::function<void(int)>& body, const ChildLimits& l
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    reap_escaped();
     g_running_group = 0;
     if (timed_out || !run.flooded.empty()) {
         run.end = timed_out ? ChildRun::End::TimedOut : ChildRun::End::Flooded;

@@ -308,6 +308,18 @@ bool can_create_file(const std::string& path, std::string& error) {
         error = why;
         return false;
     }
+    // The rule of golden regen: a file its owner protected is not replaced, even by one who may (root)
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && ((st.st_mode & S_IWUSR) == 0 || access(path.c_str(), W_OK) != 0)) {
+        error = path + ": is read-only; kvcheck does not replace a protected file (make it writable first)";
+        return false;
+    }
+    // write_temp() removes a file left where the temporary goes, but not a directory, which would otherwise fail the
+    // write only after the whole run
+    if (const std::string tmp = temp_for(path); ::lstat(tmp.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        error = path + ": " + tmp + " is a directory in the way of the temporary kvcheck writes first (remove it)";
+        return false;
+    }
     const fs::path dir = dir_of(path);
     if (!fs::is_directory(dir, ec)) {
         error = path + ": directory " + dir.string() + " does not exist";

@@ -6,6 +6,7 @@
 #include "kvcheck/harness/case_run.hpp"
 #include "kvcheck/harness/console.hpp"
 #include "kvcheck/harness/errors.hpp"
+#include "kvcheck/harness/input_file.hpp"
 #include "kvcheck/harness/replay.hpp"
 #include "kvcheck/harness/report.hpp"
 #include "kvcheck/harness/selection.hpp"
@@ -326,10 +327,10 @@ int validate(const ValidateOptions& o) {
     if (!o.report.empty()) files.emplace_back(o.report, dump_json(report, 2) + "\n");
     if (!o.junit.empty()) files.emplace_back(o.junit, junit_from_report(report));
     if (!files.empty() && !write_files_atomically(files, error)) {
-        std::cerr << "kvcheck: " << error << "\n";
+        std::cerr << "kvcheck: " << printable(error, true) << "\n";
         return kExitInternal;
     }
-    for (const auto& f : files) std::cout << "wrote " << f.first << "\n";
+    for (const auto& f : files) std::cout << "wrote " << printable(f.first) << "\n"; // a path may hold any byte
     return code;
 }
 

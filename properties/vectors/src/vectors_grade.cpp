@@ -456,7 +456,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
             if (!o.junit.empty()) files.emplace_back(o.junit, harness::junit_from_report(report));
             std::string error;
             if (!harness::write_files_atomically(files, error)) { // exit 3, as validate (docs/cli.md)
-                err << "kvcheck grade: cannot write the report: " << error << "\n";
+                err << "kvcheck grade: cannot write the report: " << harness::printable(error, true) << "\n";
                 return harness::kExitInternal;
             }
         }

@@ -2,7 +2,8 @@
 // floods cannot take the harness down with it. The child is a fork() of the harness; the body either does the work
 // right there (fork isolation) or re-executes kvcheck itself with the work described on a descriptor (exec
 // isolation, exec_self): a device context does not survive fork() without exec. The child leads a process group of
-// its own, which is killed as a whole when the work ends, so nothing the implementation started outlives it.
+// its own, which is killed as a whole when the work ends; kvcheck is the subreaper of whatever left that group
+// (setsid()) and kills it too, so nothing the implementation started outlives the work.
 #pragma once
 
 #include <cstddef>
@@ -35,8 +36,10 @@ struct ChildLimits {
 
 // Forks; the child leads a new process group, runs body(result_fd) with stdout and stderr captured, then _exit(0)
 // (or _exit(kBodyThrew) when the body throws). The parent collects both streams within the limits, waits at most
-// timeout_s seconds in all, kills the child's whole process group with SIGKILL (whatever it left behind) and reaps
-// the child. Throws std::system_error when a pipe or the fork itself cannot be made (a harness error).
+// timeout_s seconds in all, kills the child's whole process group with SIGKILL (whatever it left behind), reaps
+// the child, then kills and reaps every descendant that left the group (kvcheck, a subreaper from the first call,
+// has them as children by then). Not for concurrent use: every other child of kvcheck is taken for such a
+// descendant. Throws std::system_error when a pipe or the fork itself cannot be made (a harness error).
 ChildRun run_in_child(const std::function<void(int result_fd)>& body, const ChildLimits& limits);
 
 constexpr int kBodyThrew = 120; // the child's exit status when the body threw

@@ -39,9 +39,10 @@ bool write_file_atomically(const std::string& path, const std::string& content, 
 // kill inside that window of a few system calls leaves the first file absent (docs/cli.md).
 bool write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files, std::string& error);
 
-// True when a file can be written at path: its directory exists and is writable, and the path is absent or a
-// regular file (never a symbolic link, FIFO, device or directory). Otherwise `error` says why. Checked before a run
-// starts, so a typo in --report does not cost a whole run.
+// True when a file can be written at path: its directory exists and is writable, the path is absent or a writable
+// regular file (never a symbolic link, FIFO, device, directory or read-only file), and no directory stands where
+// its temporary goes. Otherwise `error` says why. Checked before a run starts, so a typo in --report does not cost
+// a whole run.
 bool can_create_file(const std::string& path, std::string& error);
 
 // Whether two paths name one file: same device and inode when both exist, else the same real parent directory
