@@ -20,7 +20,7 @@ namespace kvc::prop {
 class Session::Impl {
 public:
     Impl(const Target& target, const CaseConfig& cfg, uint64_t data_seed, const Checks& checks, QueryVariant qv)
-        : target_(target), data_seed_(data_seed), checks_(checks), query_variant_(qv), cfg_(cfg),
+        : data_seed_(data_seed), checks_(checks), query_variant_(qv), cfg_(cfg),
           pipeline_(declared_pipeline(target.caps)), scope_{checks.property, -1},
           watch_(target, cfg_, checks_, scope_, result_), driver_(target.api, scope_, watch_), model_(cfg_) {
         driver_.create(cfg_.to_abi());
@@ -223,7 +223,6 @@ private:
         scope_.fail("the sequence's length differs from the number of rows appended since it was started", m);
     }
 
-    const Target& target_;
     const uint64_t data_seed_;
     const Checks checks_;
     const QueryVariant query_variant_;
