@@ -24,6 +24,15 @@ const char* step_kind_name(StepKind k) {
     return "?";
 }
 
+std::vector<uint32_t> layers_of(const CaseConfig& cfg, const Op& op) {
+    std::vector<uint32_t> order = op.layer_order;
+    if (order.empty()) {
+        order.resize(cfg.n_layers);
+        std::iota(order.begin(), order.end(), 0u);
+    }
+    return order;
+}
+
 std::vector<Step> expand_op(const CaseConfig& cfg, const Op& op, uint32_t op_index,
                             std::vector<std::vector<uint32_t>>& lengths) {
     std::vector<Step> steps;
@@ -32,13 +41,8 @@ std::vector<Step> expand_op(const CaseConfig& cfg, const Op& op, uint32_t op_ind
     switch (op.kind) {
     case OpKind::Append:
     case OpKind::AppendBatch: {
-        std::vector<uint32_t> order = op.layer_order;
-        if (order.empty()) {
-            order.resize(cfg.n_layers);
-            std::iota(order.begin(), order.end(), 0u);
-        }
         const bool batch = op.kind == OpKind::AppendBatch;
-        for (uint32_t layer : order) {
+        for (uint32_t layer : layers_of(cfg, op)) {
             // an Append op with several entries is one call per entry; a batch is one call per layer
             for (size_t a = 0; a < op.appends.size(); ++a) {
                 const SeqAppend& sa = op.appends[a];
@@ -277,6 +281,8 @@ void CacheModel::release(uint32_t seq) {
 }
 
 uint64_t CacheModel::row_bytes() const { return 2ull * row_elems_ * elem_bytes_; }
+
+size_t CacheModel::kv_bytes(uint32_t rows) const { return static_cast<size_t>(rows) * row_elems_ * elem_bytes_; }
 
 uint64_t CacheModel::live_bytes() const { return prop::live_bytes(cfg_, lengths()); }
 

@@ -59,11 +59,8 @@ private:
     }
 
     void append(const Op& op, std::vector<bool>& touched) {
-        std::vector<uint32_t> order = op.layer_order;
-        if (order.empty())
-            for (uint32_t l = 0; l < cfg_.n_layers; ++l) order.push_back(l);
         for (const SeqAppend& a : op.appends) touched[a.seq] = true;
-        for (uint32_t layer : order) {
+        for (uint32_t layer : layers_of(cfg_, op)) {
             std::vector<Pending> ps;
             for (const SeqAppend& a : op.appends) ps.push_back(inputs(a, layer));
             std::vector<std::vector<float>> outs;
@@ -83,8 +80,7 @@ private:
     void record(const Pending& p, uint32_t layer, const std::vector<float>& out) {
         result_.outputs[{scope_.op, layer, p.seq}] = out;
         if (p.n_new == 0) return;
-        const size_t bytes = static_cast<size_t>(p.n_new) * model_.row_bytes() / 2;
-        std::vector<uint8_t> k(bytes), v(bytes);
+        std::vector<uint8_t> k(model_.kv_bytes(p.n_new)), v(model_.kv_bytes(p.n_new));
         driver_.read_kv(p.seq, layer, p.before, p.n_new, k, v);
         const std::optional<Mismatch> wrong =
             model_.store(p.seq, layer, p.n_new, p.in.k.data(), p.in.v.data(), k.data(), v.data(), pipeline_.rope);
@@ -194,8 +190,7 @@ private:
     void compare_rows(uint32_t seq, uint32_t layer, const std::string& reason) {
         const uint32_t len = model_.length(seq, layer);
         if (len == 0) return;
-        const size_t bytes = static_cast<size_t>(len) * model_.row_bytes() / 2;
-        std::vector<uint8_t> k(bytes), v(bytes);
+        std::vector<uint8_t> k(model_.kv_bytes(len)), v(model_.kv_bytes(len));
         driver_.read_kv(seq, layer, 0, len, k, v);
         if (const std::optional<Mismatch> m = model_.first_changed(seq, layer, k.data(), v.data()))
             scope_.fail(reason, *m);

@@ -21,15 +21,10 @@
 #include "kvcheck/properties/tolerance.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
-#include <limits>
 #include <map>
 #include <optional>
-#include <set>
 #include <sstream>
 
 namespace kvc::vec {
@@ -58,8 +53,7 @@ class CaseGrader {
 public:
     CaseGrader(const VCase& vc, const Results& res, const st::File& f, const json& js, std::string file)
         : vc_(vc), res_(res), results_(f), results_json_(js), file_(std::move(file)), cfg_(vc.c.cfg),
-          head_dim_(cfg_.head_dim), row_elems_(static_cast<size_t>(cfg_.n_kv_heads) * head_dim_),
-          elem_bytes_(dtype_size(cfg_.cache_dtype)), model_(cfg_) {}
+          head_dim_(cfg_.head_dim), row_elems_(static_cast<size_t>(cfg_.n_kv_heads) * head_dim_), model_(cfg_) {}
 
     // Throws CaseFail / CaseError.
     void run() {
@@ -159,7 +153,7 @@ private:
         const st::Tensor& kd = dump(dump_name(s, i_step, sl, "k"), sl.seq, s.layer, after);
         const st::Tensor& vd = dump(dump_name(s, i_step, sl, "v"), sl.seq, s.layer, after);
         const std::optional<prop::Mismatch> rewritten = changed(sl.seq, s.layer, kd, vd); // before the new rows
-        const size_t old_bytes = static_cast<size_t>(before) * row_elems_ * elem_bytes_;
+        const size_t old_bytes = model_.kv_bytes(before);
         const std::optional<prop::Mismatch> wrong = model_.store(sl.seq, s.layer, sl.n_new, k, v,
                                                                  kd.data.data() + old_bytes, vd.data.data() + old_bytes,
                                                                  res_.declared.pipeline.rope);
@@ -217,7 +211,7 @@ private:
     const std::string file_;   // results path without extension
     const prop::CaseConfig& cfg_;
     const uint32_t head_dim_;
-    const size_t row_elems_, elem_bytes_;
+    const size_t row_elems_;
     prop::CacheModel model_;
     std::optional<prop::Mismatch> storage_mismatch_; // the first element dumped unlike the appended one (EQUIV only)
     int step_ = -1;

@@ -49,6 +49,9 @@ struct Step {
     bool appends() const { return kind == StepKind::Append || kind == StepKind::AppendBatch; }
 };
 
+// The layers an append op visits, in order: its layer_order, or 0 .. n_layers-1 when it gives none.
+std::vector<uint32_t> layers_of(const CaseConfig& cfg, const Op& op);
+
 // The steps of one op, given the rows each (seq, layer) holds before it (updated: lengths[seq][layer]).
 std::vector<Step> expand_op(const CaseConfig& cfg, const Op& op, uint32_t op_index,
                             std::vector<std::vector<uint32_t>>& lengths);
@@ -132,6 +135,7 @@ public:
     void release(uint32_t seq);                 // the sequence holds no row
 
     uint64_t row_bytes() const; // K and V of one token in one layer: 2 * n_kv_heads * head_dim * sizeof(dtype)
+    size_t kv_bytes(uint32_t rows) const; // K (or V) of `rows` tokens of one (seq, layer), as read_kv returns them
     uint64_t live_bytes() const;
     uint64_t live_bytes_in_blocks(uint64_t block_tokens) const; // every stream rounded up to whole blocks
 
