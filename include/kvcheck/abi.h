@@ -1,5 +1,5 @@
 /*
- * kvcheck plugin ABI, version 1.1 — the one interface every KV-cache implementation under test speaks.
+ * kvcheck plugin ABI, version 1.2 — the one interface every KV-cache implementation under test speaks.
  *
  * The harness talks to an implementation only through this header: it appends K/V, attends with Q, reads the cache
  * back and asks how many bytes are held. Coordinates are logical (sequence, layer, position, KV head, dim); the
@@ -25,6 +25,9 @@
  *
  * ABI 1.1 appended: kvc_caps.head_dim_multiple, head_dim_multiple_rope and pipeline (the declared rounding
  * pipeline), kvc_memory.workspace_bytes. A 1.0 plugin still loads: its shorter structs read as zeros there.
+ * ABI 1.2 appended: quantized cache dtypes (fp8 E4M3FN/E5M2 with per-tensor or per-KV-head scales, int8 per token,
+ * llama.cpp's q8_0; docs/quantized.md), kvc_caps.quant, the scale fields of kvc_config, the fp8 query rounding of
+ * kvc_pipeline.q and read_kv_scales. A 1.0 or 1.1 plugin still loads and is never given a quantized cache.
  */
 #ifndef KVCHECK_ABI_H
 #define KVCHECK_ABI_H
@@ -37,7 +40,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_VERSION_MAJOR 1u
-#define KVC_ABI_VERSION_MINOR 1u
+#define KVC_ABI_VERSION_MINOR 2u
 #define KVC_ENTRY_SYMBOL "kvcheck_plugin_entry"
 
 /* Result of every fallible call. On anything but KVC_OK, last_error() says what happened in words. */
@@ -49,7 +52,29 @@ typedef enum kvc_status {
     KVC_ERR_INTERNAL = 4
 } kvc_status;
 
-typedef enum kvc_dtype { KVC_DTYPE_F32 = 0, KVC_DTYPE_F16 = 1, KVC_DTYPE_BF16 = 2 } kvc_dtype;
+/* Cache dtypes. The quantized ones (ABI 1.2) are stored exactly as docs/quantized.md defines them, and judged
+   bitwise: the same appended value must give the same stored code and scale as the reference quantizer.
+   For every quantized dtype read_kv returns one byte per element (the code) and read_kv_scales the scales. */
+typedef enum kvc_dtype {
+    KVC_DTYPE_F32 = 0,
+    KVC_DTYPE_F16 = 1,
+    KVC_DTYPE_BF16 = 2,
+    /* ---- ABI 1.2 ---- */
+    KVC_DTYPE_FP8_E4M3 = 3, /* fp8 E4M3FN (bias 7, max 448, no inf), code = fp8(x / scale) saturating; the scale
+                               per layer or per (layer, KV head) comes from the config (kv_scale_mode) */
+    KVC_DTYPE_FP8_E5M2 = 4, /* fp8 E5M2 (bias 15, max 57344), otherwise as FP8_E4M3 */
+    KVC_DTYPE_INT8_TOKEN = 5, /* int8 symmetric: per token and KV head, scale = absmax / 127 kept in
+                                 config.int8_scale_dtype (f32 or f16), code = round_half_even(x / scale) */
+    KVC_DTYPE_Q8_0 = 6 /* llama.cpp's block_q8_0 along each head's dims: blocks of 32 codes, one f16 scale each,
+                          ggml's rounding (head_dim a multiple of 32) */
+} kvc_dtype;
+
+/* ABI 1.2: how an fp8 cache's scales are given (kvc_config.kv_scale_mode). */
+typedef enum kvc_scale_mode {
+    KVC_SCALE_NONE = 0,    /* every scale is 1: code = fp8(x) */
+    KVC_SCALE_TENSOR = 1,  /* one k and one v scale per layer: k_scales, v_scales [n_layers] */
+    KVC_SCALE_KV_HEAD = 2  /* one per layer and KV head: k_scales, v_scales [n_layers][n_kv_heads] */
+} kvc_scale_mode;
 
 /* Rotary position embedding. NEOX rotates pairs (i, i + d/2); GPTJ rotates interleaved pairs (2i, 2i + 1). */
 typedef enum kvc_rope { KVC_ROPE_NONE = 0, KVC_ROPE_NEOX = 1, KVC_ROPE_GPTJ = 2 } kvc_rope;
@@ -68,7 +93,11 @@ typedef enum kvc_round {
     KVC_ROUND_F32 = 0,   /* f32 (or wider): the stage rounds as f32 arithmetic does */
     KVC_ROUND_F16 = 1,   /* IEEE half */
     KVC_ROUND_BF16 = 2,  /* bfloat16 */
-    KVC_ROUND_CACHE = 3  /* whatever the config's cache dtype is (f32 for an f32 cache) */
+    KVC_ROUND_CACHE = 3, /* whatever the config's cache dtype is (f32 for an f32 or a quantized cache) */
+    /* ---- ABI 1.2, for kvc_pipeline.q only ---- */
+    KVC_ROUND_FP8_E4M3 = 4, /* q is quantized to fp8 E4M3FN, unscaled and saturating, as FlashAttention-3 does with
+                               an fp8 cache; the harness reproduces this rounding exactly */
+    KVC_ROUND_FP8_E5M2 = 5  /* the same in E5M2 */
 } kvc_round;
 
 /* ABI 1.1: where an implementation's attention arithmetic rounds, stage by stage (kvc_round each). The harness
@@ -121,7 +150,15 @@ typedef struct kvc_caps {
     uint32_t head_dim_multiple;      /* head_dim must be a multiple of this; 0 or 1: any head_dim */
     uint32_t head_dim_multiple_rope; /* the same when config.rope != NONE; 0: head_dim_multiple applies */
     kvc_pipeline pipeline;           /* used when pipeline.flags has KVC_PIPELINE_DECLARED; else `precision` */
+    /* ---- ABI 1.2 ---- */
+    uint32_t quant; /* KVC_QUANT_*: the scale forms of the quantized dtypes declared in `dtypes` */
 } kvc_caps;
+
+/* kvc_caps.quant (ABI 1.2). A declared fp8 dtype always takes KVC_SCALE_NONE and a declared INT8_TOKEN always
+   takes f32 scales; these bits add the rest. */
+#define KVC_QUANT_FP8_SCALE_TENSOR (1u << 0)  /* kv_scale_mode KVC_SCALE_TENSOR */
+#define KVC_QUANT_FP8_SCALE_KV_HEAD (1u << 1) /* kv_scale_mode KVC_SCALE_KV_HEAD */
+#define KVC_QUANT_INT8_SCALE_F16 (1u << 2)    /* int8_scale_dtype KVC_DTYPE_F16 */
 
 typedef struct kvc_config {
     uint32_t struct_size;
@@ -136,6 +173,12 @@ typedef struct kvc_config {
     uint32_t rope;        /* kvc_rope: if not NONE the implementation rotates q and k by their position */
     float rope_theta;     /* base of the rotary frequencies, e.g. 10000 */
     uint32_t block_size_hint; /* tokens per block the harness would like; 0 = the implementation's choice */
+    /* ---- ABI 1.2 (read only for a quantized cache_dtype) ---- */
+    uint32_t kv_scale_mode;   /* fp8: kvc_scale_mode */
+    const float* k_scales;    /* fp8: [n_layers] (TENSOR) or [n_layers][n_kv_heads] (KV_HEAD), finite and > 0;
+                                 NULL for KVC_SCALE_NONE. Owned by the harness: copy them during create() */
+    const float* v_scales;    /* the same for V */
+    uint32_t int8_scale_dtype; /* INT8_TOKEN: KVC_DTYPE_F32 or KVC_DTYPE_F16, the dtype each row's scale is kept in */
 } kvc_config;
 
 /* Memory as the implementation reports it. MEMORY checks these numbers against the formula; NO-Q checks that the
@@ -145,7 +188,10 @@ typedef struct kvc_config {
 typedef struct kvc_memory {
     uint32_t struct_size;
     uint32_t block_size;     /* allocation granule in tokens; 1 when storage is exact per token */
-    uint64_t live_bytes;     /* 2 * sum over (seq, layer) of length * n_kv_heads * head_dim * sizeof(dtype) */
+    uint64_t live_bytes;     /* 2 * sum over (seq, layer) of length * n_kv_heads * row bytes of one head, where
+                                a head's row is head_dim * sizeof(dtype) for f32/f16/bf16, head_dim for fp8
+                                (its config scales are workspace), head_dim + 4 (f32 scale) or + 2 (f16 scale)
+                                for INT8_TOKEN, head_dim + 2 * head_dim / 32 for Q8_0 */
     uint64_t capacity_bytes; /* K/V storage in blocks that hold live tokens, partly filled last blocks included */
     uint64_t pool_bytes;     /* K/V storage held but holding no live token: preallocated pools, free lists,
                                 alignment padding, growth reserve */
@@ -191,7 +237,8 @@ typedef struct kvc_plugin_api {
     kvc_status (*append_attend_batch)(kvc_cache* cache, uint32_t layer, const kvc_batch* batch);
 
     /* Rows pos .. pos+n-1 of (seq, layer) in the cache dtype, as stored (rotated when the implementation applies
-       RoPE). k_out, v_out: [n][n_kv_heads][head_dim] elements of the cache dtype. Rows past the sequence's length
+       RoPE). k_out, v_out: [n][n_kv_heads][head_dim] elements of the cache dtype (one byte, the code, for a
+       quantized dtype: its scales come from read_kv_scales). Rows past the sequence's length
        are not readable: pos + n > length is KVC_ERR_INVALID_ARGUMENT. */
     kvc_status (*read_kv)(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out,
                           void* v_out);
@@ -209,6 +256,16 @@ typedef struct kvc_plugin_api {
        layer; its storage may be reused, and the next append starts it again from position 0. Releasing a sequence
        that holds no row in any layer is KVC_ERR_INVALID_ARGUMENT. */
     kvc_status (*release)(kvc_cache* cache, uint32_t seq);
+
+    /* ---- ABI 1.2 ---- */
+    /* OPTIONAL, required when a quantized dtype is declared: the scales of rows pos .. pos+n-1 of (seq, layer),
+       as stored, under the same rules as read_kv. k_out, v_out: [n][n_kv_heads][scales per head row] of:
+         FP8_E4M3, FP8_E5M2  1 f32: the scale the row was encoded with (1.0 under KVC_SCALE_NONE)
+         INT8_TOKEN          1 of config.int8_scale_dtype (f32, or f16 bits)
+         Q8_0                head_dim / 32 f16 bits, block by block
+       Any other cache dtype: KVC_ERR_UNSUPPORTED. */
+    kvc_status (*read_kv_scales)(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n,
+                                 void* k_out, void* v_out);
 } kvc_plugin_api;
 
 /* The one exported symbol. The harness passes the version it speaks; a plugin that cannot serve it returns NULL. */

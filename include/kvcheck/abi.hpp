@@ -33,13 +33,52 @@ inline const char* status_name(kvc_status s) {
     return "UNKNOWN_STATUS";
 }
 
-inline std::size_t dtype_size(uint32_t dtype) { return dtype == KVC_DTYPE_F32 ? 4 : 2; }
+// Bytes of one stored element as read_kv returns it: 4 (f32), 2 (f16, bf16), 1 (the code of a quantized dtype).
+inline std::size_t dtype_size(uint32_t dtype) {
+    switch (dtype) {
+    case KVC_DTYPE_F32: return 4;
+    case KVC_DTYPE_F16:
+    case KVC_DTYPE_BF16: return 2;
+    default: return 1;
+    }
+}
+
+// ABI 1.2: the quantized cache dtypes (codes plus scales).
+inline bool dtype_is_quantized(uint32_t dtype) {
+    return dtype == KVC_DTYPE_FP8_E4M3 || dtype == KVC_DTYPE_FP8_E5M2 || dtype == KVC_DTYPE_INT8_TOKEN ||
+           dtype == KVC_DTYPE_Q8_0;
+}
+inline bool dtype_is_fp8(uint32_t dtype) { return dtype == KVC_DTYPE_FP8_E4M3 || dtype == KVC_DTYPE_FP8_E5M2; }
+
+// Scales per head row (head_dim values of one token's K or V in one KV head) as read_kv_scales returns them.
+inline uint32_t scales_per_head_row(uint32_t dtype, uint32_t head_dim) {
+    if (dtype == KVC_DTYPE_Q8_0) return head_dim / 32;
+    return dtype_is_quantized(dtype) ? 1u : 0u;
+}
+// Bytes of one scale as read_kv_scales returns it: f32 for fp8, the config's dtype for INT8_TOKEN, f16 for Q8_0.
+inline std::size_t scale_size(uint32_t dtype, uint32_t int8_scale_dtype) {
+    if (dtype_is_fp8(dtype)) return 4;
+    if (dtype == KVC_DTYPE_INT8_TOKEN) return int8_scale_dtype == KVC_DTYPE_F16 ? 2 : 4;
+    if (dtype == KVC_DTYPE_Q8_0) return 2;
+    return 0;
+}
+// Bytes one head row costs in live_bytes: the elements plus the scales stored with the row (fp8's scales belong to
+// the config, not to a row, so they are not counted here).
+inline std::size_t head_row_bytes(uint32_t dtype, uint32_t head_dim, uint32_t int8_scale_dtype) {
+    const std::size_t elems = std::size_t{head_dim} * dtype_size(dtype);
+    if (dtype_is_fp8(dtype) || !dtype_is_quantized(dtype)) return elems;
+    return elems + scales_per_head_row(dtype, head_dim) * scale_size(dtype, int8_scale_dtype);
+}
 
 inline const char* dtype_name(uint32_t dtype) {
     switch (dtype) {
     case KVC_DTYPE_F32: return "f32";
     case KVC_DTYPE_F16: return "f16";
     case KVC_DTYPE_BF16: return "bf16";
+    case KVC_DTYPE_FP8_E4M3: return "fp8_e4m3";
+    case KVC_DTYPE_FP8_E5M2: return "fp8_e5m2";
+    case KVC_DTYPE_INT8_TOKEN: return "int8_token";
+    case KVC_DTYPE_Q8_0: return "q8_0";
     }
     return "unknown-dtype";
 }
@@ -99,6 +138,11 @@ public:
     }
     void read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
         check(api_->read_kv(get(), seq, layer, pos, n, k_out, v_out), "read_kv");
+    }
+    void read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
+        if (!KVC_API_HAS(api_, read_kv_scales))
+            throw AbiError(KVC_ERR_UNSUPPORTED, "read_kv_scales: not provided");
+        check(api_->read_kv_scales(get(), seq, layer, pos, n, k_out, v_out), "read_kv_scales");
     }
     uint32_t seq_length(uint32_t seq, uint32_t layer) {
         uint32_t len = 0;

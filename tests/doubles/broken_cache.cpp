@@ -130,6 +130,7 @@ const kvc_plugin_api kApi = {
     memory,
     kvc::dbl::fork<Cache>,
     kvc::dbl::release<Cache>,
+    nullptr, // read_kv_scales: no quantized dtype declared
 };
 
 } // namespace

@@ -156,6 +156,7 @@ static const kvc_plugin_api g_api = {
     fd_memory,
     fd_fork,
     fd_release,
+    NULL, /* read_kv_scales: no quantized dtype declared */
 };
 
 KVC_PLUGIN_EXPORT const kvc_plugin_api* kvcheck_plugin_entry(uint32_t major, uint32_t minor);

@@ -134,6 +134,7 @@ static const kvc_plugin_api g_api = {
     ov_memory,
     ov_fork,
     ov_release,
+    NULL, /* read_kv_scales: no quantized dtype declared */
 };
 
 KVC_PLUGIN_EXPORT const kvc_plugin_api* kvcheck_plugin_entry(uint32_t major, uint32_t minor);

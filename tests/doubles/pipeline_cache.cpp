@@ -156,6 +156,7 @@ const kvc_plugin_api kApi = {
     kvc::dbl::memory<Cache>,
     nullptr,
     nullptr,
+    nullptr, // read_kv_scales: no quantized dtype declared
 };
 
 } // namespace

@@ -80,6 +80,7 @@ const kvc_plugin_api kApi = {
     kvc::dbl::memory<Cache>,
     kvc::dbl::fork<Cache>,
     kvc::dbl::release<Cache>,
+    nullptr, // read_kv_scales: no quantized dtype declared
 };
 
 } // namespace

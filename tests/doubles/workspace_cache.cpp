@@ -158,6 +158,7 @@ const kvc_plugin_api kApi = {
     memory,
     kvc::dbl::fork<Cache>,
     kvc::dbl::release<Cache, KVC_WS_DOUBLE == STALE_READER>, // STALE_READER: storage reused as it is
+    nullptr, // read_kv_scales: no quantized dtype declared
 };
 
 } // namespace

@@ -543,6 +543,7 @@ static const kvc_plugin_api g_api = {
     ex_memory,
     ex_fork,
     ex_release,
+    NULL, /* read_kv_scales: no quantized dtype declared */
 };
 
 /* A different major version means a different contract: refuse it. Any minor version is fine: an older harness
