@@ -45,6 +45,10 @@ void add_memory(Quantities& q) {
                                   static_cast<LD>(c.kv_heads), static_cast<LD>(c.head_dim),
                                   static_cast<LD>(c.bytes_per_elem)});
         q.scalar(n + ".bytes", static_cast<LD>(kv_cache_bytes(c)));
+        // the same cache quantized: what the documents' "quantising K/V" trick buys
+        q.scalar(n + ".fp8.bytes", static_cast<LD>(kv_cache_bytes_fp8(c)));
+        q.scalar(n + ".int8_token.bytes", static_cast<LD>(kv_cache_bytes_int8_token(c)));
+        q.scalar(n + ".q8_0.bytes", static_cast<LD>(kv_cache_bytes_q8_0(c)));
     }
     for (const WeightsSize& w : document_weights()) {
         q.scalar(std::string(w.name) + ".params", static_cast<LD>(w.params));

@@ -662,6 +662,31 @@ TEST_F(Cli, MemoryWholeBlocks) {
     EXPECT_EQ(doc.at("allocated_bytes").get<uint64_t>(), 2u * 32 * 4 * 4);
 }
 
+// The quantized dtypes: one byte per number, plus the scales a dtype keeps with each head's row. The expected byte
+// counts are written out by hand: 2 * 1 * 32 * 8192 * 32 rows of 128 numbers.
+TEST_F(Cli, MemoryQuantizedDtypes) {
+    const std::pair<const char*, uint64_t> cases[] = {
+        {"fp8_e4m3", 2147483648ull},      // 128 bytes per row: exactly half of fp16's 4 GiB
+        {"fp8_e5m2", 2147483648ull},
+        {"int8_token", 2214592512ull},    // 128 + 4 (f32 scale)
+        {"int8_token_f16", 2181038080ull}, // 128 + 2 (f16 scale)
+        {"q8_0", 2281701376ull},          // 128 + 4 blocks * 2 (f16 scales)
+    };
+    for (const auto& [dtype, bytes] : cases) {
+        const Outcome r = kvcheck(std::string("memory --model doc-003-example --json --dtype ") + dtype);
+        ASSERT_EQ(r.rc, 0) << dtype << "\n" << r.all();
+        const auto doc = nlohmann::json::parse(r.out);
+        EXPECT_EQ(doc.at("bytes").get<uint64_t>(), bytes) << dtype;
+        EXPECT_EQ(doc.at("dtype").get<std::string>(), dtype);
+    }
+    const Outcome text = kvcheck("memory --model doc-003-example --dtype fp8_e4m3");
+    EXPECT_EQ(text.rc, 0) << text.all();
+    EXPECT_NE(text.out.find("= 2048 MiB = 2 GiB"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("not per token"), std::string::npos) << text.out;
+    const Outcome q = kvcheck("memory --model doc-003-example --dtype q8_0");
+    EXPECT_NE(q.out.find("scale bytes per row       8 (one f16 scale per 32 numbers)"), std::string::npos) << q.out;
+}
+
 TEST_F(Cli, MemoryBadInputExitsTwo) {
     for (const char* args :
          {"memory --layers 32 --kv-heads 32 --head-dim 128 --tokens 0",
@@ -669,6 +694,7 @@ TEST_F(Cli, MemoryBadInputExitsTwo) {
           "memory --layers 32 --kv-heads 32 --head-dim 128 --tokens 8 --batch 0",
           "memory --layers 32 --kv-heads 32 --head-dim 128", "memory --model gpt-5",
           "memory --model llama-2-13b --dtype f8", "memory --model llama-2-13b --block-size 0",
+          "memory --model toy-000 --dtype q8_0", // head_dim 4 is no whole q8_0 block
           "memory --layers 4000000000 --kv-heads 4000000000 --head-dim 4000000000 --tokens 4000000000",
           "memory --layers x --kv-heads 1 --head-dim 1 --tokens 1"}) {
         const Outcome r = kvcheck(args);

@@ -38,6 +38,20 @@ TEST(CacheSize, Chapter3ExampleIsExactly4GiB) {
     EXPECT_EQ(kv_cache_bytes({"c3", 1, 32, 8192, 32, 128, 2}), 4 * GiB);
 }
 
+// The documents' caches stored quantized, the byte counts worked out by hand: fp8 halves fp16; int8 per token adds
+// 4 bytes to each 128-number row (132/128 of fp8); q8_0 adds 2 bytes per 32 numbers (136/128 of fp8).
+TEST(CacheSize, QuantizedCachesOfTheDocuments) {
+    const CacheShape c3{"c3", 1, 32, 8192, 32, 128, 2};
+    EXPECT_EQ(kvc::golden::kv_cache_bytes_fp8(c3), 2 * GiB);
+    EXPECT_EQ(kvc::golden::kv_cache_bytes_int8_token(c3), 2'214'592'512u);
+    EXPECT_EQ(kvc::golden::kv_cache_bytes_q8_0(c3), 2'281'701'376u);
+    const CacheShape l2{"l2", 1, 40, 1, 40, 128, 2};
+    EXPECT_EQ(kvc::golden::kv_cache_bytes_fp8(l2), 409'600u); // 0.4 MB per token instead of 0.8
+    const CacheShape l3{"l3", 1, 80, 8192, 8, 128, 2};
+    EXPECT_EQ(kvc::golden::kv_cache_bytes_fp8(l3), 1'342'177'280u); // 1.25 GiB instead of 2.5
+    EXPECT_EQ(kvc::golden::kv_cache_bytes_q8_0(l3), 1'426'063'360u);
+}
+
 TEST(CacheSize, TheDocumentCachesAreTheOnesTestedHere) {
     const auto& caches = kvc::golden::document_caches();
     ASSERT_EQ(caches.size(), 4u);

@@ -83,11 +83,27 @@ std::string decimal_units(uint64_t b) {
     return decimal(static_cast<double>(b) / 1e6) + " MB = " + decimal(static_cast<double>(b) / 1e9) + " GB";
 }
 
-int dtype_bytes(const std::string& d, std::string& canonical) {
-    if (d == "f32" || d == "fp32" || d == "float32") return canonical = "f32", 4;
-    if (d == "f16" || d == "fp16" || d == "float16") return canonical = "f16", 2;
-    if (d == "bf16" || d == "bfloat16") return canonical = "bf16", 2;
-    throw BadInput("unknown --dtype \"" + d + "\": expected f32, f16 or bf16");
+// How one element is stored: s bytes per number, plus the scale bytes a quantized dtype keeps with each head's row
+// (docs/quantized.md). fp8 keeps its scales per layer, not per token: they do not grow with T.
+struct Storage {
+    std::string name;
+    uint64_t s = 2;               // bytes per number (the code, for a quantized dtype)
+    uint64_t scale_bytes = 0;     // per head row: int8 one scale, q8_0 one f16 per 32 numbers
+    uint64_t block = 0;           // q8_0: head_dim must be a multiple of this
+    std::string scale_about;      // what scale_bytes is, for the printout
+};
+
+Storage storage_of(const std::string& d, uint64_t head_dim) {
+    if (d == "f32" || d == "fp32" || d == "float32") return {"f32", 4, 0, 0, ""};
+    if (d == "f16" || d == "fp16" || d == "float16") return {"f16", 2, 0, 0, ""};
+    if (d == "bf16" || d == "bfloat16") return {"bf16", 2, 0, 0, ""};
+    if (d == "fp8_e4m3" || d == "fp8" || d == "e4m3") return {"fp8_e4m3", 1, 0, 0, ""};
+    if (d == "fp8_e5m2" || d == "e5m2") return {"fp8_e5m2", 1, 0, 0, ""};
+    if (d == "int8_token" || d == "int8") return {"int8_token", 1, 4, 0, "one f32 scale per token and KV head"};
+    if (d == "int8_token_f16") return {"int8_token_f16", 1, 2, 0, "one f16 scale per token and KV head"};
+    if (d == "q8_0") return {"q8_0", 1, 2 * (head_dim / 32), 32, "one f16 scale per 32 numbers"};
+    throw BadInput("unknown --dtype \"" + d + "\": expected f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8_token, "
+                   "int8_token_f16 or q8_0");
 }
 
 int run(Options& o) {
@@ -121,15 +137,23 @@ int run(Options& o) {
         if (v <= 0) throw BadInput(std::string(flag) + " must be a positive integer, got " + std::to_string(v));
     if (o.o_block->count() && o.block_size <= 0)
         throw BadInput("--block-size must be a positive integer, got " + std::to_string(o.block_size));
-    std::string dtype;
-    const uint64_t s = static_cast<uint64_t>(dtype_bytes(o.dtype, dtype));
     const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+    const Storage st = storage_of(o.dtype, u(o.head_dim));
+    const std::string& dtype = st.name;
+    const uint64_t s = st.s;
+    if (st.block && u(o.head_dim) % st.block)
+        throw BadInput("--dtype " + dtype + " needs --head-dim a multiple of " + std::to_string(st.block) + ", got " +
+                       std::to_string(o.head_dim));
 
     // elements of one token of one sequence: K and V, every layer, every KV head
     const uint64_t elements_per_token = mul(mul(mul(2, u(o.layers), "elements per token"), u(o.kv_heads),
                                                 "elements per token"),
                                             u(o.head_dim), "elements per token");
-    const uint64_t bytes_per_token = mul(elements_per_token, s, "bytes per token");
+    // a quantized dtype's per-row scales: K and V rows, every layer and KV head
+    const uint64_t scale_bytes_per_token =
+        mul(mul(mul(2, u(o.layers), "bytes per token"), u(o.kv_heads), "bytes per token"), st.scale_bytes,
+            "bytes per token");
+    const uint64_t bytes_per_token = mul(elements_per_token, s, "bytes per token") + scale_bytes_per_token;
     const uint64_t bytes = mul(mul(bytes_per_token, u(o.tokens), "the cache size"), u(o.batch), "the cache size");
     uint64_t blocks = 0, allocated = 0;
     if (o.block_size > 0) {
@@ -140,7 +164,8 @@ int run(Options& o) {
     const double weights = preset && preset->parameters > 0 ? preset->parameters * 2.0 : 0; // fp16 weights
 
     if (o.json) {
-        nlohmann::json j = {{"formula", "2 * B * L * T * H_kv * d_h * s"},
+        nlohmann::json j = {{"formula", st.scale_bytes ? "2 * B * L * T * H_kv * (d_h * s + scale bytes per row)"
+                                                       : "2 * B * L * T * H_kv * d_h * s"},
                             {"model", preset ? nlohmann::json(preset->name) : nlohmann::json(nullptr)},
                             {"batch", o.batch},
                             {"layers", o.layers},
@@ -149,6 +174,7 @@ int run(Options& o) {
                             {"head_dim", o.head_dim},
                             {"dtype", dtype},
                             {"bytes_per_element", s},
+                            {"scale_bytes_per_head_row", st.scale_bytes},
                             {"elements_per_token", elements_per_token},
                             {"bytes_per_token", bytes_per_token},
                             {"bytes", bytes},
@@ -170,13 +196,19 @@ int run(Options& o) {
     }
 
     std::ostringstream out;
-    out << "KV cache bytes = 2 * B * L * T * H_kv * d_h * s\n";
+    out << (st.scale_bytes ? "KV cache bytes = 2 * B * L * T * H_kv * (d_h * s + scale bytes per row)\n"
+                           : "KV cache bytes = 2 * B * L * T * H_kv * d_h * s\n");
     if (preset) out << "  model: " << preset->name << ": " << preset->about << "\n";
     const std::pair<std::string, uint64_t> inputs[] = {
         {"B    (batch, sequences)", u(o.batch)}, {"L    (layers)", u(o.layers)},
         {"T    (tokens per seq)", u(o.tokens)},   {"H_kv (KV heads)", u(o.kv_heads)},
         {"d_h  (head dim)", u(o.head_dim)},       {"s    (bytes per " + dtype + ")", s}};
     for (const auto& [what, v] : inputs) out << "  " << std::setw(25) << std::left << what << " " << v << "\n";
+    if (st.scale_bytes)
+        out << "  " << std::setw(25) << std::left << "scale bytes per row" << " " << st.scale_bytes << " ("
+            << st.scale_about << ")\n";
+    else if (dtype.rfind("fp8", 0) == 0)
+        out << "  fp8 scales are per layer (or per layer and KV head), not per token: not in the formula\n";
     out << "elements per token: " << elements_per_token << " (K and V, every layer and KV head, one sequence)\n";
     out << "bytes per token:    " << bytes_per_token << " = " << decimal(static_cast<double>(bytes_per_token) / 1024.0)
         << " KiB = " << decimal(static_cast<double>(bytes_per_token) / 1e6) << " MB\n";
@@ -211,7 +243,10 @@ void add_memory_command(CLI::App& app, int& exit_code) {
     o.o_head_dim = m->add_option("--head-dim", o.head_dim, "d_h, dimension of one head");
     o.o_tokens = m->add_option("--tokens", o.tokens, "T, cached tokens per sequence");
     o.o_batch = m->add_option("--batch", o.batch, "B, sequences")->capture_default_str();
-    m->add_option("--dtype", o.dtype, "cache element type: f32, f16 or bf16")->capture_default_str();
+    m->add_option("--dtype", o.dtype,
+                  "cache element type: f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8_token (f32 scales), int8_token_f16 "
+                  "or q8_0")
+        ->capture_default_str();
     o.o_block = m->add_option("--block-size", o.block_size, "tokens per block: also show whole-block allocation");
     m->add_flag("--json", o.json, "print JSON");
     m->callback([&exit_code] {

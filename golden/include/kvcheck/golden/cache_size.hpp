@@ -23,6 +23,18 @@ constexpr uint64_t kv_cache_bytes(const CacheShape& c) {
     return 2 * c.batch * c.layers * c.tokens * c.kv_heads * c.head_dim * c.bytes_per_elem;
 }
 
+// The same cache stored quantized (docs/quantized.md). Only the bytes of one head's row change:
+//   fp8 (E4M3 or E5M2)  d_h bytes: s = 1. Its k/v scales belong to a layer (or a layer's KV head), not to a
+//                       token, so they do not grow with T and are left out of the per-token formula.
+//   int8 per token      d_h codes + one f32 scale per token and KV head: d_h + 4 bytes.
+//   q8_0 (llama.cpp)    32 codes share one f16 scale: d_h + 2 * d_h / 32 bytes (d_h a multiple of 32).
+constexpr uint64_t kv_cache_rows(const CacheShape& c) { return 2 * c.batch * c.layers * c.tokens * c.kv_heads; }
+constexpr uint64_t kv_cache_bytes_fp8(const CacheShape& c) { return kv_cache_rows(c) * c.head_dim; }
+constexpr uint64_t kv_cache_bytes_int8_token(const CacheShape& c) { return kv_cache_rows(c) * (c.head_dim + 4); }
+constexpr uint64_t kv_cache_bytes_q8_0(const CacheShape& c) {
+    return kv_cache_rows(c) * (c.head_dim + 2 * (c.head_dim / 32));
+}
+
 // Every cache the four documents size, in document order.
 const std::vector<CacheShape>& document_caches();
 
