@@ -68,6 +68,16 @@ Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
     need(KVC_FEATURE_FORK, KVC_API_HAS(api, fork), "fork");
     need(KVC_FEATURE_RELEASE, KVC_API_HAS(api, release), "release");
     need(KVC_FEATURE_BATCH, KVC_API_HAS(api, append_attend_batch), "append_attend_batch");
+    // Before ABI 1.2 the quantized dtypes did not exist: a bit an older table sets there names nothing it knew.
+    if (api->abi_minor < 2) {
+        t.caps.dtypes &= (1u << KVC_DTYPE_F32) | (1u << KVC_DTYPE_F16) | (1u << KVC_DTYPE_BF16);
+        t.caps.quant = 0;
+    }
+    const uint32_t quantized = (1u << KVC_DTYPE_FP8_E4M3) | (1u << KVC_DTYPE_FP8_E5M2) |
+                               (1u << KVC_DTYPE_INT8_TOKEN) | (1u << KVC_DTYPE_Q8_0);
+    if ((t.caps.dtypes & quantized) && !KVC_API_HAS(api, read_kv_scales))
+        throw LoadError(origin + ": declares a quantized cache dtype but the table's read_kv_scales member is NULL "
+                                 "(or the table predates ABI 1.2)");
     return t;
 }
 
