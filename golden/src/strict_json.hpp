@@ -9,8 +9,9 @@
 
 namespace kvc::golden {
 
-// Parses text as JSON. Throws nlohmann::json::exception on bad syntax and FormatError (with the JSON pointer of the
-// second occurrence) on a key that appears twice in one object.
+// Parses text as JSON with the project's strict, linear reader (kvcheck/strict_json.hpp). Throws
+// nlohmann::json::exception on bad syntax and FormatError (with the JSON pointer) on a key that appears twice in one
+// object, nesting deeper than 128 levels or more than about 4 million values.
 nlohmann::json parse_strict(const std::string& text);
 
 } // namespace kvc::golden

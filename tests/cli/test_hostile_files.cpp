@@ -450,6 +450,31 @@ TEST_F(HostileFiles, ReplayRefusesHugeNumbersDevicesFifosAndDuplicateKeys) {
     }
 }
 
+// The strict reader's limits (kvcheck/strict_json.hpp) fail fast with exit 2 naming the file and the rule: nesting
+// deeper than 128 levels, more than about 4 million values. The 2.4 MB array of {} took minutes and gigabytes with
+// the callback parser the readers used before (the time is linear now: fuzz.json.throughput).
+TEST_F(HostileFiles, ReplayRefusesDeepNestingAndTooManyValues) {
+    spit(dir_ / "deep.json", R"({"kvcheck_replay": 1, "property": "EQUIV", "x": )" + std::string(200, '[') +
+                                 std::string(200, ']') + "}");
+    std::string many = R"({"kvcheck_replay": 1, "property": "EQUIV", "x": [)";
+    for (int i = 0; i < (4 << 20) + 8; ++i) many += i ? ",0" : "0";
+    spit(dir_ / "many.json", many + "]}");
+    std::string objects = R"({"kvcheck_replay": 1, "property": "EQUIV", "x": [)";
+    for (int i = 0; i < 800000; ++i) objects += i ? ",{}" : "{}";
+    spit(dir_ / "objects.json", objects + "]}");
+    const std::pair<const char*, const char*> cases[] = {
+        {"deep.json", "nested deeper than 128 levels"},
+        {"many.json", "more than 4194304 values"},
+        {"objects.json", "objects.json"}, // parses (linear), then refused as a replay document without a case
+    };
+    for (const auto& [file, why] : cases) {
+        const Outcome o = kvcheck(std::string("replay ") + file + " --builtin example --timeout 600");
+        EXPECT_EQ(o.rc, 2) << file << ": " << o.all();
+        EXPECT_NE(o.all().find(file), std::string::npos) << "the message names the file: " << o.all();
+        EXPECT_NE(o.all().find(why), std::string::npos) << file << ": " << o.all();
+    }
+}
+
 TEST_F(HostileFiles, ValidateReportAndJunitNamingOneFileAreRefusedByIdentity) {
     const Outcome o = kvcheck("validate --builtin example --filter '^EQUIV/0$' --report a.json --junit ./a.json");
     EXPECT_EQ(o.rc, 2) << o.all();

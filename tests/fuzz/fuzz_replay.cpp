@@ -1,8 +1,9 @@
-// Fuzz target: a replay document (`kvcheck replay FILE`): its "case" through prop::case_from_json and its
-// "expected_mismatch" through prop::mismatch_from_json. Contract: bad input throws std::invalid_argument, nothing
+// Fuzz target: a replay document (`kvcheck replay FILE`), read with the CLI's strict reader: its "case" through
+// prop::case_from_json and its "expected_mismatch" through prop::mismatch_from_json. Contract: bad input throws std::invalid_argument, nothing
 // else escapes, and a case that is accepted describes and serializes back to a case that is accepted again.
 #include "kvcheck/properties/case.hpp"
 #include "kvcheck/properties/runner.hpp"
+#include "kvcheck/strict_json.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -10,14 +11,17 @@
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using nlohmann::json;
     json doc;
     try {
-        doc = json::parse(data, data + size);
+        doc = kvc::json_strict::parse(std::string(reinterpret_cast<const char*>(data), size));
     } catch (const json::exception&) { // parse_error, and out_of_range for numbers like 1e400: the JSON layer's
         return 0;                      // own errors (the readers must catch both: docs/bad-input.md)
+    } catch (const kvc::json_strict::Violation&) { // a duplicate key, too deep, too many values
+        return 0;
     }
     const json* c = doc.is_object() && doc.contains("case") ? &doc["case"] : &doc;
     try {

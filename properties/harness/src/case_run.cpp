@@ -2,6 +2,7 @@
 
 #include "kvcheck/harness/child.hpp"
 #include "kvcheck/harness/input_file.hpp"
+#include "kvcheck/strict_json.hpp"
 #include "kvcheck/harness/verdicts.hpp"
 #include "kvcheck/model/model_case.hpp"
 
@@ -37,7 +38,7 @@ PipeContents read_pipe(const std::string& bytes) {
             continue;
         }
         try {
-            prop::CaseResult r = prop::case_result_from_json(nlohmann::json::parse(line.substr(2)));
+            prop::CaseResult r = prop::case_result_from_json(json_strict::parse(line.substr(2)));
             (line[0] == 'F' ? pipe.final_result : pipe.provisional) = std::move(r);
         } catch (const std::exception& e) {
             pipe.unreadable = e.what();
@@ -172,7 +173,7 @@ std::vector<std::optional<CaseRun>> run_cases_batched(const Subject& subj, const
         if (line.size() < 2 || line[0] != 'F' || line[1] != ' ') break;
         prop::CaseResult r;
         try {
-            r = prop::case_result_from_json(nlohmann::json::parse(line.substr(2)));
+            r = prop::case_result_from_json(json_strict::parse(line.substr(2)));
         } catch (const std::exception&) {
             break;
         }

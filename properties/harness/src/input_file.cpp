@@ -1,5 +1,7 @@
 #include "kvcheck/harness/input_file.hpp"
 
+#include "kvcheck/strict_json.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -55,27 +57,10 @@ std::string read_bounded(const std::string& path, uint64_t limit) {
 
 nlohmann::json parse_json_strict(const std::string& text) {
     using nlohmann::json;
-    std::vector<std::set<std::string>> keys; // the keys seen so far in each object being parsed
-    const json::parser_callback_t check = [&keys](int, json::parse_event_t event, json& parsed) {
-        switch (event) {
-        case json::parse_event_t::object_start: keys.emplace_back(); break;
-        case json::parse_event_t::object_end:
-            if (!keys.empty()) keys.pop_back();
-            break;
-        case json::parse_event_t::key:
-            if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second) {
-                std::string k = parsed.get<std::string>();
-                if (k.size() > 64) k = k.substr(0, 64) + "...";
-                throw InputError("the key " + json(k).dump(-1, ' ', false, json::error_handler_t::replace) +
-                                 " appears twice in one object (JSON readers disagree on which one counts)");
-            }
-            break;
-        default: break;
-        }
-        return true;
-    };
     try {
-        return json::parse(text, check);
+        return json_strict::parse(text);
+    } catch (const json_strict::Violation& v) {
+        throw InputError(std::string(v.what()) + (v.pointer().empty() ? "" : " at " + v.pointer()));
     } catch (const json::exception& e) { // parse_error, and out_of_range for a number such as 1e400
         throw InputError(std::string("not valid JSON (") + e.what() + ")");
     }

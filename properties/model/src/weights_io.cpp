@@ -1,5 +1,6 @@
 #include "kvcheck/model/weights_io.hpp"
 #include "kvcheck/reference/splitmix64.hpp"
+#include "kvcheck/strict_json.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -208,9 +209,15 @@ ref::Weights<double> read_safetensors(const std::string& bytes, const ref::Model
     if (n > bytes.size() - 8)
         throw ConfigError(what + "header length " + std::to_string(n) + " runs past the end of the file (" +
                           std::to_string(bytes.size()) + " bytes)");
-    const nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n),
-                                                        nullptr, false);
-    if (header.is_discarded() || !header.is_object()) throw ConfigError(what + "the header is not a JSON object");
+    nlohmann::json header;
+    try {
+        header = json_strict::parse(bytes.substr(8, static_cast<size_t>(n)));
+    } catch (const json_strict::Violation& v) {
+        throw ConfigError(what + "header: " + v.what() + (v.pointer().empty() ? "" : " at " + v.pointer()));
+    } catch (const nlohmann::json::exception&) {
+        throw ConfigError(what + "the header is not a JSON object");
+    }
+    if (!header.is_object()) throw ConfigError(what + "the header is not a JSON object");
     const uint64_t data_size = bytes.size() - 8 - n;
     const char* data = bytes.data() + 8 + n;
 

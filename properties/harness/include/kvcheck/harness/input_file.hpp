@@ -30,8 +30,9 @@ public:
 // blocking: it is opened O_NONBLOCK and checked with fstat) of at most `limit` bytes. Throws InputError.
 std::string read_bounded(const std::string& path, uint64_t limit);
 
-// JSON text parsed with every object's keys checked: a key given twice is refused (nlohmann keeps the last one
-// silently). Every parser error (syntax, a number out of range such as 1e400) becomes InputError.
+// JSON text through the strict, linear reader (kvcheck/strict_json.hpp): a key given twice, nesting deeper than 128
+// levels or more than about 4 million values is refused, as is every parser error (syntax, a number out of range
+// such as 1e400); each becomes InputError. Time and memory are linear in the text.
 nlohmann::json parse_json_strict(const std::string& text);
 
 // read_bounded(path, kMaxJsonBytes) + parse_json_strict; errors are "PATH: problem".
