@@ -97,7 +97,9 @@ typedef enum kvc_round {
     /* ---- ABI 1.2, for kvc_pipeline.q only ---- */
     KVC_ROUND_FP8_E4M3 = 4, /* q is quantized to fp8 E4M3FN, unscaled and saturating, as FlashAttention-3 does with
                                an fp8 cache; the harness reproduces this rounding exactly */
-    KVC_ROUND_FP8_E5M2 = 5  /* the same in E5M2 */
+    KVC_ROUND_FP8_E5M2 = 5, /* the same in E5M2 */
+    KVC_ROUND_Q8_0 = 6      /* q is quantized to q8_0 blocks of 32 along each head's dims and dequantized, as
+                               ggml's CPU flash attention does to multiply it with a q8_0 cache */
 } kvc_round;
 
 /* ABI 1.1: where an implementation's attention arithmetic rounds, stage by stage (kvc_round each). The harness
