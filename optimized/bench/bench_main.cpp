@@ -1,4 +1,4 @@
-// kvcheck_bench: Google Benchmark's table (counters per benchmark), then a summary of the ratios (seven groups) with their
+// kvcheck_bench: Google Benchmark's table (counters per benchmark), then a summary of the ratios (eight groups) with their
 // goals. Run it as `build/bin/kvcheck_bench` (docs/performance.md); filters work as usual (--benchmark_filter=).
 #include "bench_common.hpp"
 

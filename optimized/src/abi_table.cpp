@@ -14,6 +14,7 @@ struct CpuOps {
     using Engine = kvc::opt::Engine;
     static constexpr uint32_t kMemorySpace = KVC_MEMORY_HOST;
     static constexpr uint32_t kMaxHeadDim = kvc::opt::kMaxHeadDim;
+    static constexpr bool kQuantized = true;
     static constexpr const char* kCreateFailed = "create: allocation failed";
 
     // The engine's methods never throw (engine.hpp): a call goes straight through.

@@ -59,6 +59,13 @@ void Engine::Impl::write(const Pending& p) {
                 k = row;
             }
             uint8_t* dst = base + h * geometry.head_bytes; // == kvc_kv_address(pos, K, h, 0)
+            if (quantized) { // codes and scales of the rotated row: attention reads the row as stored
+                const float ks = k_scales.empty() ? 1.0f : k_scales[p.layer * H + h];
+                const float vs = v_scales.empty() ? 1.0f : v_scales[p.layer * H + h];
+                quantize_row(k, quant, ks, dst);
+                quantize_row(v, quant, vs, dst + geometry.plane_bytes);
+                continue;
+            }
             store_row(k, cfg.cache_dtype, dst, d, simd);
             store_row(v, cfg.cache_dtype, dst + geometry.plane_bytes, d, simd);
         }

@@ -149,7 +149,7 @@ void AttentionPlan::spread_item(const Item& it) {
                 if (k0 >= tiles[0].limit[n - 1]) continue; // rows are in token order: the last sees the most keys
                 for (uint32_t h = 0; h < nh; ++h)
                     for (uint32_t r = 0; r < n; ++r) split[h * kTileRows + r].o = split_o[h * n + r];
-                const SplitArgs args{shape_.layout, sc.table, h0, shape_.scale};
+                const SplitArgs args{shape_.layout, sc.table, h0, shape_.scale, shape_.k_scales, shape_.v_scales};
                 shape_.kernel(args, nh, tiles, k0, split);
                 for (uint32_t h = 0; h < nh; ++h)
                     for (uint32_t r = 0; r < n; ++r) {
@@ -189,7 +189,7 @@ void AttentionPlan::tiled_item(const Item& it) {
     const StreamCall& sc = streams_[it.stream];
     const StreamPlan& p = plans_[it.stream];
     const uint32_t d = shape_.layout->head_dim;
-    const SplitArgs args{shape_.layout, sc.table, it.kv_head, shape_.scale};
+    const SplitArgs args{shape_.layout, sc.table, it.kv_head, shape_.scale, shape_.k_scales, shape_.v_scales};
     const uint32_t first = it.index * kTileRows, n = std::min<uint32_t>(kTileRows, p.rows - first);
     const RowTile tile = tile_of(it.stream, it.kv_head, first, n);
 

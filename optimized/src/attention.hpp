@@ -41,6 +41,8 @@ struct AttentionShape {
     uint32_t n_q_heads = 0;
     uint32_t n_kv_heads = 0;
     float scale = 1.0f;
+    const float* k_scales = nullptr; // fp8: the scale of each KV head of the layer (SplitArgs)
+    const float* v_scales = nullptr;
     SplitKernel kernel = nullptr;
     unsigned max_threads = 0; // 0: every core
     bool group_heads = true;  // false: one KV head per spread item and kernel call

@@ -37,6 +37,10 @@ struct SplitArgs {
     const uint32_t* table;       // the stream's block table
     uint32_t kv_head;
     float scale;                 // softmax scale applied to q.k
+    // fp8 caches: the scale of each KV head of the layer (indexed by KV head, not by kv_head - first); null for
+    // other dtypes. int8 and q8_0 rows carry their own scales (kv_layout.h).
+    const float* k_scales = nullptr;
+    const float* v_scales = nullptr;
 };
 
 // Rows of one kernel call over all its heads: the scores of a split stay in a stack buffer of this many rows.
@@ -52,14 +56,18 @@ inline uint32_t max_call_heads(int rows) { return static_cast<uint32_t>(kMaxCall
 using SplitKernel = void (*)(const SplitArgs& args, uint32_t n_heads, const RowTile* tiles, uint32_t k0,
                              SoftmaxState* states);
 
-// The kernel for a cache dtype when simd is allowed: AVX-512 where the CPU has AVX-512 F/DQ/VL/BW, else AVX2/FMA/F16C
+// The kernel for a cache dtype when simd is allowed (quantized dtypes too: each K/V row is dequantized exactly,
+// decode(code) * scale in f32 as the reference does, then used as an f32 row): AVX-512 where the CPU has AVX-512 F/DQ/VL/BW, else AVX2/FMA/F16C
 // where it has those; portable otherwise. The two SIMD kernels give the same bits.
-SplitKernel split_kernel(uint32_t dtype, bool simd);
+// fp8_fused: an fp8 cache whose scales fuse (fp8_scales_fuse, quantize.hpp) takes the x86 kernels' direct path, codes
+// read in place and the scales applied per head; otherwise fp8 is dequantized exactly like int8 and q8_0.
+SplitKernel split_kernel(uint32_t dtype, bool simd, bool fp8_fused = false);
 
-// The three implementations (the dispatcher above picks one; tests may call any the CPU can run).
+// The three implementations (the dispatcher above picks one; tests may call any the CPU can run). The portable one
+// always dequantizes exactly.
 SplitKernel split_kernel_scalar(uint32_t dtype);
-SplitKernel split_kernel_avx2(uint32_t dtype);
-SplitKernel split_kernel_avx512(uint32_t dtype); // only where cpu_has_avx512()
+SplitKernel split_kernel_avx2(uint32_t dtype, bool fp8_fused = false);
+SplitKernel split_kernel_avx512(uint32_t dtype, bool fp8_fused = false); // only where cpu_has_avx512()
 
 // The x86 kernels' group path for tiles of several rows (on by default; in the AVX2 kernel: phase 1 in blocks of
 // 4 rows x 3 keys, and f16/bf16 V rows widened once into an f32 scratch that every 4-row block of phase 4 reads).

@@ -7,6 +7,7 @@
 #define KVC_KERNEL_REGS 16
 #define KVC_GROUP_VALUES_SCRATCH 1
 #include "attention_kernel_x86.hpp"
+#include "attention_kernel_quant_x86.hpp"
 
 #include <atomic>
 
@@ -90,7 +91,13 @@ KVC_TARGET_AVX2 __m256 exp_sum_row(float* row, uint32_t n8, float m) {
 
 } // namespace
 
-SplitKernel split_kernel_avx2(uint32_t dtype) {
+SplitKernel split_kernel_avx2(uint32_t dtype, bool fp8_fused) {
+    switch (dtype) {
+    case KVC_DTYPE_FP8_E4M3: return fp8_fused ? split_rows<KVC_DTYPE_FP8_E4M3, 1> : split_kernel_quant(dtype);
+    case KVC_DTYPE_FP8_E5M2: return fp8_fused ? split_rows<KVC_DTYPE_FP8_E5M2, 1> : split_kernel_quant(dtype);
+    default: break;
+    }
+    if (const SplitKernel q = split_kernel_quant(dtype)) return q;
     switch (dtype) {
     case KVC_DTYPE_F16: return split_rows<KVC_DTYPE_F16, 1>;
     case KVC_DTYPE_BF16: return split_rows<KVC_DTYPE_BF16, 1>;
@@ -104,9 +111,9 @@ WalkPlan avx2_walk() { return g_walk.load(std::memory_order_relaxed); }
 void set_avx2_group_path(bool on) { g_group_path.store(on, std::memory_order_relaxed); }
 bool avx2_group_path() { return g_group_path.load(std::memory_order_relaxed); }
 
-SplitKernel split_kernel(uint32_t dtype, bool simd) {
+SplitKernel split_kernel(uint32_t dtype, bool simd, bool fp8_fused) {
     if (!simd || !cpu_has_avx2_f16c()) return split_kernel_scalar(dtype);
-    return cpu_has_avx512() ? split_kernel_avx512(dtype) : split_kernel_avx2(dtype);
+    return cpu_has_avx512() ? split_kernel_avx512(dtype, fp8_fused) : split_kernel_avx2(dtype, fp8_fused);
 }
 
 } // namespace kvc::opt

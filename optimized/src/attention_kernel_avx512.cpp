@@ -32,6 +32,7 @@
 #define KVC_GROUP_VALUES_SCRATCH 0
 #include "attention_kernel_x86.hpp"
 #include "attention_kernel_avx512_scores.hpp"
+#include "attention_kernel_quant_x86.hpp"
 
 #include <atomic>
 
@@ -52,7 +53,16 @@ KVC_TARGET_AVX512 bool group_query_pairs() { return g_score_row_pairs.load(std::
 // 16 consecutive cached elements -> 16 floats.
 template <uint32_t DT>
 KVC_TARGET_AVX512 inline __m512 load16(const uint8_t* p) {
-    if constexpr (DT == KVC_DTYPE_F32) {
+    if constexpr (is_fp8<DT>()) { // fp8_halves8 on 16 codes at once, the NaN codes found with a mask compare
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+        const __m256i high = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8); // code << 8
+        if constexpr (DT == KVC_DTYPE_FP8_E5M2) return _mm512_cvtph_ps(high);
+        const __m256i h = _mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(static_cast<short>(0xbfff)));
+        const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_or_si128(b, _mm_set1_epi8(static_cast<char>(0x80))),
+                                                  _mm_set1_epi8(static_cast<char>(0xff)));
+        // the NaN magnitude's exponent 01111 plus 0x4000 is 11111, its mantissa non-zero: an f16 NaN
+        return _mm512_cvtph_ps(_mm256_mask_add_epi16(h, nan, h, _mm256_set1_epi16(0x4000)));
+    } else if constexpr (DT == KVC_DTYPE_F32) {
         return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
     } else {
         const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -177,14 +187,20 @@ KVC_TARGET_AVX512 __m256 exp_sum_row(float* row, uint32_t n8, float m) {
 template <uint32_t DT>
 KVC_TARGET_AVX512 void split_avx512_any(const SplitArgs& a, uint32_t nh, const RowTile* t, uint32_t k0,
                                         SoftmaxState* st) {
-    static const SplitKernel avx2 = split_kernel_avx2(DT); // looked up once, not per call
+    static const SplitKernel avx2 = split_kernel_avx2(DT, true); // looked up once, not per call (fp8: fused)
     if (!g_avx512_group.load(std::memory_order_relaxed)) return avx2(a, nh, t, k0, st);
     split_rows<DT, 1>(a, nh, t, k0, st); // every tile size: 1-3 rows on the direct path, 4+ on the group path
 }
 
 } // namespace
 
-SplitKernel split_kernel_avx512(uint32_t dtype) {
+SplitKernel split_kernel_avx512(uint32_t dtype, bool fp8_fused) {
+    switch (dtype) {
+    case KVC_DTYPE_FP8_E4M3: return fp8_fused ? split_avx512_any<KVC_DTYPE_FP8_E4M3> : split_kernel_quant(dtype);
+    case KVC_DTYPE_FP8_E5M2: return fp8_fused ? split_avx512_any<KVC_DTYPE_FP8_E5M2> : split_kernel_quant(dtype);
+    default: break;
+    }
+    if (const SplitKernel q = split_kernel_quant(dtype)) return q;
     switch (dtype) {
     case KVC_DTYPE_F16: return split_avx512_any<KVC_DTYPE_F16>;
     case KVC_DTYPE_BF16: return split_avx512_any<KVC_DTYPE_BF16>;

@@ -24,7 +24,9 @@ namespace {
 // Chunk c of two keys -> one zmm: 8 elements of key a in lanes 0-7, 8 of key b in lanes 8-15.
 template <uint32_t DT>
 KVC_TARGET_AVX512 inline __m512 load8x2(const uint8_t* a, const uint8_t* b) {
-    if constexpr (DT == KVC_DTYPE_F32) {
+    if constexpr (is_fp8<DT>()) {
+        return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(fp8_halves8<DT>(a)), fp8_halves8<DT>(b), 1));
+    } else if constexpr (DT == KVC_DTYPE_F32) {
         return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a))),
                                   _mm256_loadu_ps(reinterpret_cast<const float*>(b)), 1);
     } else {
@@ -40,7 +42,9 @@ KVC_TARGET_AVX512 inline __m512 load8x2(const uint8_t* a, const uint8_t* b) {
 // load and a widening; a 256-bit broadcast (f32 rows) needs a shuffle on the FMA ports.
 template <uint32_t DT>
 KVC_TARGET_AVX512 inline __m512 load8_both(const uint8_t* p) {
-    if constexpr (DT == KVC_DTYPE_F32) {
+    if constexpr (is_fp8<DT>()) {
+        return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(fp8_halves8<DT>(p)));
+    } else if constexpr (DT == KVC_DTYPE_F32) {
         return _mm512_broadcast_f32x8(_mm256_loadu_ps(reinterpret_cast<const float*>(p)));
     } else {
         const __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

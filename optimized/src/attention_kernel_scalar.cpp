@@ -3,12 +3,26 @@
 // kernel is as deterministic as the other, just not bitwise equal to it).
 #include "attention_kernel.hpp"
 #include "dtype_convert.hpp"
+#include "quantize.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 namespace kvc::opt {
 namespace {
+
+constexpr bool is_quant_dtype(uint32_t dt) { return dt >= KVC_DTYPE_FP8_E4M3 && dt <= KVC_DTYPE_Q8_0; }
+
+// One cached row -> f32: widened (f32, f16, bf16), or dequantized, decode(code) * scale in f32 (quantized dtypes;
+// fp8_scale: the head's, fp8 only).
+template <uint32_t DT>
+void widen_row(const uint8_t* p, const kvc_kv_layout& L, float fp8_scale, float* row) {
+    if constexpr (is_quant_dtype(DT)) {
+        dequantize_row(p, QuantFormat{DT, L.head_dim, L.scale_bytes == 2}, fp8_scale, row);
+    } else {
+        for (uint32_t c = 0; c < L.head_dim; ++c) row[c] = load_elem(p + c * L.elem_bytes, DT);
+    }
+}
 
 template <uint32_t DT>
 void split_scalar(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxState* st) {
@@ -26,7 +40,7 @@ void split_scalar(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxStat
     // phase 1: scores s = (q . k) * scale, each K row widened once for all rows of the tile
     for (uint32_t j = 0; j < n_max; ++j) {
         const uint8_t* kp = kvc_kv_address(&L, a.table, k0 + j, KVC_PLANE_K, a.kv_head, 0);
-        for (uint32_t c = 0; c < d; ++c) row[c] = load_elem(kp + c * L.elem_bytes, DT);
+        widen_row<DT>(kp, L, a.k_scales ? a.k_scales[a.kv_head] : 1.0f, row);
         for (int r = 0; r < t.n; ++r) {
             if (j >= n[r]) continue;
             float dot = 0.0f;
@@ -54,7 +68,7 @@ void split_scalar(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxStat
     // phase 4: o = sum_j p_j v_j, each V row widened once for all rows of the tile
     for (uint32_t j = 0; j < n_max; ++j) {
         const uint8_t* vp = kvc_kv_address(&L, a.table, k0 + j, KVC_PLANE_V, a.kv_head, 0);
-        for (uint32_t c = 0; c < d; ++c) row[c] = load_elem(vp + c * L.elem_bytes, DT);
+        widen_row<DT>(vp, L, a.v_scales ? a.v_scales[a.kv_head] : 1.0f, row);
         for (int r = 0; r < t.n; ++r) {
             if (j >= n[r]) continue;
             const float p = sc[r][j];
@@ -79,6 +93,10 @@ SplitKernel split_kernel_scalar(uint32_t dtype) {
     switch (dtype) {
     case KVC_DTYPE_F16: return split_scalar_heads<KVC_DTYPE_F16>;
     case KVC_DTYPE_BF16: return split_scalar_heads<KVC_DTYPE_BF16>;
+    case KVC_DTYPE_FP8_E4M3: return split_scalar_heads<KVC_DTYPE_FP8_E4M3>;
+    case KVC_DTYPE_FP8_E5M2: return split_scalar_heads<KVC_DTYPE_FP8_E5M2>;
+    case KVC_DTYPE_INT8_TOKEN: return split_scalar_heads<KVC_DTYPE_INT8_TOKEN>;
+    case KVC_DTYPE_Q8_0: return split_scalar_heads<KVC_DTYPE_Q8_0>;
     default: return split_scalar_heads<KVC_DTYPE_F32>;
     }
 }

@@ -36,6 +36,7 @@
 
 #include "attention_kernel.hpp"
 #include "dtype_convert.hpp"
+#include "quantize.hpp"
 #include "simd.hpp"
 
 #include <immintrin.h>
@@ -47,14 +48,45 @@ namespace kvc::opt {
 namespace {
 
 template <uint32_t DT>
+constexpr bool is_fp8() {
+    return DT == KVC_DTYPE_FP8_E4M3 || DT == KVC_DTYPE_FP8_E5M2;
+}
+
+template <uint32_t DT>
 constexpr uint32_t elem_bytes() {
-    return DT == KVC_DTYPE_F32 ? 4u : 2u;
+    return DT == KVC_DTYPE_F32 ? 4u : is_fp8<DT>() ? 1u : 2u;
+}
+
+// fp8 on the direct path (an fp8 cache whose scales fuse: fp8_scales_fuse): the kernel reads each code as the f16
+// whose bits are made from it, exactly decode(code) / fp8_fold (E5M2 is an f16's high byte; E4M3FN's fields placed in
+// an f16 are its value times 2^-8, and its NaN magnitude 0x7f gets the f16 NaN exponent). The fold and the scales
+// are applied once per head: to the score scale (K) and to the split's V sum.
+// 8 codes -> the bits of 8 f16.
+template <uint32_t DT>
+KVC_KERNEL_TARGET inline __m128i fp8_halves8(const uint8_t* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i high = _mm_unpacklo_epi8(_mm_setzero_si128(), b); // code << 8
+    if constexpr (DT == KVC_DTYPE_FP8_E5M2) {
+        return high;
+    } else {
+        // s.eeee.mmm << 8, shifted right by one with the sign copied, bit 14 cleared: s.0eeee.mmm0000000
+        const __m128i h = _mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<short>(0xbfff)));
+        const __m128i nan8 = _mm_cmpeq_epi8(_mm_or_si128(b, _mm_set1_epi8(static_cast<char>(0x80))),
+                                            _mm_set1_epi8(static_cast<char>(0xff)));
+        return _mm_or_si128(h, _mm_and_si128(_mm_unpacklo_epi8(nan8, nan8), _mm_set1_epi16(0x7c00)));
+    }
+}
+template <uint32_t DT>
+KVC_KERNEL_TARGET inline float fp8_folded(uint8_t code) {
+    return DT == KVC_DTYPE_FP8_E4M3 ? fp8_e4m3_decode(code) / kFp8FoldE4M3 : fp8_e5m2_decode(code);
 }
 
 // 8 cached elements -> 8 floats.
 template <uint32_t DT>
 KVC_KERNEL_TARGET inline __m256 load8(const uint8_t* p) {
-    if constexpr (DT == KVC_DTYPE_F32) {
+    if constexpr (is_fp8<DT>()) {
+        return _mm256_cvtph_ps(fp8_halves8<DT>(p));
+    } else if constexpr (DT == KVC_DTYPE_F32) {
         return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
     } else if constexpr (DT == KVC_DTYPE_F16) {
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -68,7 +100,10 @@ KVC_KERNEL_TARGET inline __m256 load8(const uint8_t* p) {
 template <uint32_t DT>
 KVC_KERNEL_TARGET inline __m256 load_tail(const uint8_t* p, uint32_t n) {
     alignas(32) float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (uint32_t i = 0; i < n; ++i) t[i] = load_elem(p + i * elem_bytes<DT>(), DT);
+    for (uint32_t i = 0; i < n; ++i) {
+        if constexpr (is_fp8<DT>()) t[i] = fp8_folded<DT>(p[i]);
+        else t[i] = load_elem(p + i * elem_bytes<DT>(), DT);
+    }
     return _mm256_load_ps(t);
 }
 
@@ -541,7 +576,7 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
         limit_max = std::max(limit_max, t.limit[r]);
     }
     alignas(32) float sc[kMaxCallRows][kSplitKeys]; // row r of head h is sc[h * R + r]
-    const __m256 scale = _mm256_set1_ps(a.scale);
+    const __m256 scale_all = _mm256_set1_ps(a.scale);
     const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
     const WalkPlan walk = avx2_walk(); // the whole plan at once (one relaxed atomic load, in the AVX2 file)
     const uint32_t ahead = walk.prefetch_rows;
@@ -581,12 +616,18 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
 
     // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run (visits of at most `visit`
     // keys), heads inside
+    // fp8: each head's own score scale, the softmax scale with its K scale and the fold (fp8_fused_k_scale)
+    __m256 head_scale[is_fp8<DT>() ? kMaxCallRows : 1];
+    if constexpr (is_fp8<DT>())
+        for (uint32_t h = 0; h < nh; ++h)
+            head_scale[h] = _mm256_set1_ps(fp8_fused_k_scale(DT, a.scale, a.k_scales[a.kv_head + h]));
     for (uint32_t j = 0; j < n_max;) {
         const uint64_t pos = static_cast<uint64_t>(k0) + j;
         const uint32_t slot = static_cast<uint32_t>(pos % B);
         const uint32_t run = std::min({B - slot, n_max - j, visit});
         const uint8_t* kp = kvc_kv_address(&L, a.table, pos, KVC_PLANE_K, a.kv_head, 0);
         for (uint32_t h = 0; h < nh; ++h) {
+            const __m256 scale = is_fp8<DT>() ? head_scale[is_fp8<DT>() ? h : 0] : scale_all;
             if constexpr (kGroupScores) {
                 if (group_path) {
                     group_scores<DT, R>(qs + h * q_rows, pairs, kp + h * L.head_bytes, run, L.row_bytes, d, scale,
@@ -664,6 +705,16 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
         }
         j += run;
     }
+    // fp8: the split's V sums times each head's V scale and the fold (fp8_fused_v_scale), once per element
+    if constexpr (is_fp8<DT>())
+        for (uint32_t h = 0; h < nh; ++h) {
+            const __m256 vs = _mm256_set1_ps(fp8_fused_v_scale(DT, a.v_scales[a.kv_head + h]));
+            for (int r = 0; r < R; ++r)
+                for (uint32_t c = 0; c < dq; c += 8) {
+                    float* o = st[h * kTileRows + r].o + c;
+                    _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), vs));
+                }
+        }
 }
 
 // split_x86<DT, R> for R = the tile's rows, Lo <= R <= kTileRows (rows beyond kTileRows are not possible: a tile

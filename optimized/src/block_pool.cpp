@@ -1,5 +1,7 @@
 #include "block_pool.hpp"
 
+#include <cstring>
+
 #include "dtype_convert.hpp"
 #include "kvcheck/reference/splitmix64.hpp"
 
@@ -235,8 +237,12 @@ void BlockPool::protect(uint32_t id, bool read_only) {
 }
 
 void BlockPool::poison(uint32_t id) {
-    const uint32_t es = opt_.dtype == KVC_DTYPE_F32 ? 4 : 2;
     uint8_t* p = base_[id];
+    if (opt_.dtype > KVC_DTYPE_BF16) { // quantized: 0xff is a NaN fp8 code and a NaN f32 or f16 scale
+        std::memset(p, 0xff, opt_.block_bytes);
+        return;
+    }
+    const uint32_t es = opt_.dtype == KVC_DTYPE_F32 ? 4 : 2;
     for (uint64_t off = 0; off + es <= opt_.block_bytes; off += es) store_nan(opt_.dtype, p + off);
 }
 

@@ -2,6 +2,8 @@
 // a message. Kernels and the append path below assume valid input.
 #include "engine_impl.hpp"
 
+#include "kvcheck/abi.hpp"
+
 #include "attention.hpp"
 #include "simd.hpp"
 #include "thread_pool.hpp"
@@ -51,12 +53,17 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
         if (error) *error = why;
         return nullptr;
     };
-    if (const Refusal r = check_config(c, kMaxHeadDim, kMaxCount); r.refused()) return refuse(r.status, r.message);
+    if (const Refusal r = check_config(c, kMaxHeadDim, kMaxCount, /*quantized=*/true); r.refused())
+        return refuse(r.status, r.message);
+    const bool quantized = is_quantized_dtype(c.cache_dtype);
+    QuantFormat qf;
+    if (quantized) qf = QuantFormat{c.cache_dtype, c.head_dim, c.cache_dtype == KVC_DTYPE_INT8_TOKEN &&
+                                                                   c.int8_scale_dtype == KVC_DTYPE_F16};
 
     // The hint is a wish: 0 means "yours", and a very large one is capped.
     const uint32_t b = c.block_size_hint == 0 ? kDefaultBlockSize : std::min(c.block_size_hint, kMaxBlockSize);
-    const uint32_t es = c.cache_dtype == KVC_DTYPE_F32 ? 4 : 2;
-    kvc_kv_layout g = kvc_kv_layout_make(b, c.n_kv_heads, c.head_dim, es);
+    const uint32_t es = static_cast<uint32_t>(kvc::dtype_size(c.cache_dtype));
+    kvc_kv_layout g = kvc_kv_layout_make_scaled(b, c.n_kv_heads, c.head_dim, es, quantized ? row_scale_bytes(qf) : 0);
     PoolOptions p;
     p.block_bytes = kvc_kv_block_bytes(&g);
     p.dtype = c.cache_dtype;
@@ -67,12 +74,27 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
         auto im = std::make_unique<Impl>(c, o, b, p);
         im->cfg.block_size_hint = b;
         im->elem_bytes = es;
+        im->quantized = quantized;
+        im->quant = qf;
+        if (kvc::dtype_is_fp8(c.cache_dtype)) { // one scale per (layer, KV head), whatever the mode
+            const uint64_t n = static_cast<uint64_t>(c.n_layers) * c.n_kv_heads;
+            im->k_scales.assign(n, 1.0f);
+            im->v_scales.assign(n, 1.0f);
+            for (uint64_t i = 0; i < n && c.kv_scale_mode != KVC_SCALE_NONE; ++i) {
+                const uint64_t from = c.kv_scale_mode == KVC_SCALE_KV_HEAD ? i : i / c.n_kv_heads;
+                im->k_scales[i] = c.k_scales[from];
+                im->v_scales[i] = c.v_scales[from];
+            }
+            im->cfg.k_scales = im->cfg.v_scales = nullptr; // the harness's arrays: not kept past create
+        }
         im->padded = padded_dim(c.head_dim);
         im->max_tokens = c.max_tokens == 0 ? UINT32_MAX : c.max_tokens; // 0: no limit but the 32-bit length
         im->geometry = g;
         im->rope = Rope(c.rope, c.rope_theta, c.head_dim);
         im->simd = o.simd && cpu_has_avx2_f16c();
-        im->kernel = split_kernel(c.cache_dtype, im->simd);
+        const bool fp8_fused = fp8_scales_fuse(c.cache_dtype, c.scale, im->k_scales.data(), im->v_scales.data(),
+                                               im->k_scales.size());
+        im->kernel = split_kernel(c.cache_dtype, im->simd, fp8_fused);
         if (status) *status = KVC_OK;
         return std::unique_ptr<Engine>(new Engine(std::move(im)));
     } catch (const std::bad_alloc&) {
@@ -120,6 +142,17 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
     if (k == nullptr || v == nullptr || (attend && (q == nullptr || out == nullptr)))
         return fail(KVC_ERR_INVALID_ARGUMENT, "%s: q, k, v and out must not be NULL when tokens are appended", op);
 
+    // int8 and q8_0 store finite rows only (and an f16 int8 scale must not overflow): refused before any change
+    if (quantized)
+        for (uint64_t t = 0; t < total; ++t)
+            for (uint32_t h = 0; h < cfg.n_kv_heads; ++h)
+                for (int plane = 0; plane < 2; ++plane) {
+                    const float* row = (plane == 0 ? k : v) + (offsets[0] + t) * row_elems() + h * cfg.head_dim;
+                    if (const char* why = unquantizable(row, quant))
+                        return fail(KVC_ERR_INVALID_ARGUMENT, "%s: the %s row of token %llu, KV head %u, has %s", op,
+                                    plane == 0 ? "K" : "V", static_cast<unsigned long long>(t), h, why);
+                }
+
     // phase 2: blocks and scratch (may fail; nothing visible has changed yet)
     uint64_t blocks = 0;
     for (uint32_t i = 0; i < n_seqs; ++i)
@@ -142,7 +175,7 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
         }
         Stream& s = it->second.layers[layer];
         reserve_table(s, n);
-        pending[i] = Pending{&s, n, k + offsets[i] * row_elems(), v + offsets[i] * row_elems()};
+        pending[i] = Pending{&s, layer, n, k + offsets[i] * row_elems(), v + offsets[i] * row_elems()};
     }
     std::vector<float> qrot;
     std::vector<StreamCall> calls;
@@ -166,6 +199,8 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
         shape.max_threads = opt.threads;
         shape.group_heads = opt.group_heads;
         shape.layout = &l;
+        shape.k_scales = k_scales_of(layer);
+        shape.v_scales = v_scales_of(layer);
         plan.build(shape, calls.data(), calls.size());
     }
 
@@ -199,12 +234,36 @@ kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t 
     if (n == 0) return KVC_OK;
     const Stream* s = im.find(seq, layer);
     const kvc_kv_layout l = im.layout();
-    const uint64_t row = l.row_bytes;
+    const uint64_t row = kvc_kv_scale_offset(&l); // the elements (codes) only: scales are read_kv_scales'
     for (uint32_t i = 0; i < n; ++i)
         for (uint32_t h = 0; h < im.cfg.n_kv_heads; ++h) {
             const uint64_t dst = (static_cast<uint64_t>(i) * im.cfg.n_kv_heads + h) * row;
             std::memcpy(static_cast<uint8_t*>(k_out) + dst, kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_K, h, 0), row);
             std::memcpy(static_cast<uint8_t*>(v_out) + dst, kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_V, h, 0), row);
+        }
+    return KVC_OK;
+}
+
+kvc_status Engine::read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
+    Impl& im = *impl_;
+    if (!im.quantized)
+        return im.fail(KVC_ERR_UNSUPPORTED, "read_kv_scales: cache dtype %s has no scales",
+                       kvc::dtype_name(im.cfg.cache_dtype));
+    if (const Refusal r = check_read_kv(seq, layer, pos, n, k_out, v_out, im.view(), "read_kv_scales"); r.refused())
+        return im.fail(r);
+    if (n == 0) return KVC_OK;
+    const Stream* s = im.find(seq, layer);
+    const kvc_kv_layout l = im.layout();
+    const uint64_t out_row = row_scales_bytes(im.quant);
+    const float* ks = im.k_scales_of(layer);
+    const float* vs = im.v_scales_of(layer);
+    for (uint32_t i = 0; i < n; ++i)
+        for (uint32_t h = 0; h < im.cfg.n_kv_heads; ++h) {
+            const uint64_t dst = (static_cast<uint64_t>(i) * im.cfg.n_kv_heads + h) * out_row;
+            row_scales(kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_K, h, 0), im.quant, ks ? ks[h] : 1.0f,
+                       static_cast<uint8_t*>(k_out) + dst);
+            row_scales(kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_V, h, 0), im.quant, vs ? vs[h] : 1.0f,
+                       static_cast<uint8_t*>(v_out) + dst);
         }
     return KVC_OK;
 }
@@ -225,13 +284,17 @@ kvc_status Engine::memory(kvc_memory* out) {
         for (const Stream& s : sq.layers) tokens += s.length;
     const uint64_t capacity = im.pool.blocks_in_use() * im.pool.block_bytes(); // a shared block counts once
     out->block_size = im.block_size;
-    out->live_bytes = 2 * tokens * im.row_elems() * im.elem_bytes;
+    // a head row's elements plus the scales stored with it (fp8's config scales are workspace, below)
+    out->live_bytes = 2 * tokens * im.cfg.n_kv_heads *
+                      kvc::head_row_bytes(im.cfg.cache_dtype, im.cfg.head_dim, im.cfg.int8_scale_dtype);
     out->capacity_bytes = capacity;
     out->pool_bytes = im.pool.held_bytes() - capacity;
-    // No workspace: a call's scratch (the attention plan's states, the rotated queries) is freed before it returns.
+    // Workspace: the fp8 scales copied at create, nothing else. A call's scratch (the attention plan's states, the
+    // rotated queries) is freed before it returns.
     // The block tables (4 bytes per block) grow with the tokens, so they are no workspace, which must be constant:
     // they are bookkeeping of the K/V storage, small enough for the harness's heap slack.
-    if (kvc_memory_has_workspace(out)) out->workspace_bytes = 0;
+    if (kvc_memory_has_workspace(out))
+        out->workspace_bytes = (im.k_scales.capacity() + im.v_scales.capacity()) * sizeof(float);
     return KVC_OK;
 }
 

@@ -7,6 +7,7 @@
 
 #include "attention_kernel.hpp"
 #include "block_pool.hpp"
+#include "quantize.hpp"
 #include "rope.hpp"
 
 #include <cstdarg>
@@ -32,6 +33,11 @@ struct Engine::Impl {
     EngineOptions opt{};
     uint32_t block_size = 0;
     uint32_t elem_bytes = 0;
+    bool quantized = false;   // a quantized dtype: rows are codes and scales (quantize.hpp)
+    QuantFormat quant{};      // its row format
+    // fp8: the scale of each (layer, KV head), [n_layers][n_kv_heads] (1 under KVC_SCALE_NONE, the layer's under
+    // KVC_SCALE_TENSOR); empty for other dtypes. The config's arrays are the harness's: copied at create.
+    std::vector<float> k_scales, v_scales;
     uint32_t padded = 0;     // head_dim rounded up to 8
     uint64_t max_tokens = 0; // per stream
     kvc_kv_layout geometry{};
@@ -58,6 +64,13 @@ struct Engine::Impl {
         return it == seqs.end() ? nullptr : &it->second.layers[layer];
     }
     uint64_t row_elems() const { return static_cast<uint64_t>(cfg.n_kv_heads) * cfg.head_dim; }
+    // fp8: the scales of one layer's KV heads; nullptr for other dtypes.
+    const float* k_scales_of(uint32_t layer) const {
+        return k_scales.empty() ? nullptr : k_scales.data() + static_cast<uint64_t>(layer) * cfg.n_kv_heads;
+    }
+    const float* v_scales_of(uint32_t layer) const {
+        return v_scales.empty() ? nullptr : v_scales.data() + static_cast<uint64_t>(layer) * cfg.n_kv_heads;
+    }
     // What the shared argument checks (abi_checks.hpp) read of this engine.
     CacheView view() const {
         return CacheView{&cfg, max_tokens,
@@ -73,6 +86,7 @@ struct Engine::Impl {
     // One call's new tokens for one stream (append.cpp).
     struct Pending {
         Stream* stream = nullptr;
+        uint32_t layer = 0;
         uint32_t n = 0;
         const float* k = nullptr; // [n][n_kv_heads][head_dim]
         const float* v = nullptr;

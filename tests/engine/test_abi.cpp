@@ -28,7 +28,8 @@ TEST(Abi, EntriesCheckTheMajorVersion) {
 
 TEST(Abi, DeclaresWhatItDoes) {
     const kvc_caps caps = query_caps(kvc_cpu_engine_entry(1, 0));
-    EXPECT_EQ(caps.dtypes, 7u);
+    EXPECT_EQ(caps.dtypes, 0x7fu); // f32, f16, bf16 and the four quantized dtypes of ABI 1.2
+    EXPECT_EQ(caps.quant, KVC_QUANT_FP8_SCALE_TENSOR | KVC_QUANT_FP8_SCALE_KV_HEAD | KVC_QUANT_INT8_SCALE_F16);
     EXPECT_EQ(caps.rope_variants, (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ));
     const uint32_t all = KVC_FEATURE_GQA | KVC_FEATURE_PAGED | KVC_FEATURE_FORK | KVC_FEATURE_RELEASE |
                          KVC_FEATURE_BATCH | KVC_FEATURE_CHUNKED;
@@ -45,7 +46,7 @@ TEST(Abi, DeclaresWhatItDoes) {
     shortened.head.features = 0xdead;
     shortened.guard = 0xbeef;
     kvc_cpu_engine_entry(1, 0)->get_caps(&shortened.head);
-    EXPECT_EQ(shortened.head.dtypes, 7u);
+    EXPECT_EQ(shortened.head.dtypes, 0x7fu);
     EXPECT_EQ(shortened.head.features, 0xdeadu);
     EXPECT_EQ(shortened.guard, 0xbeefu);
 }

@@ -45,8 +45,39 @@ struct CacheView {
     std::function<bool(uint32_t seq)> started;                // the sequence holds tokens (appended, not released)
 };
 
-// create(): the config. max_head_dim and max_count (layers, heads) are the engine's declared limits.
-inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t max_count) {
+inline bool is_quantized_dtype(uint32_t dtype) { return dtype >= KVC_DTYPE_FP8_E4M3 && dtype <= KVC_DTYPE_Q8_0; }
+
+// create() of a quantized cache (ABI 1.2): the fields that describe its scales (docs/quantized.md).
+inline Refusal check_quant_config(const kvc_config& c) {
+    const size_t need = offsetof(kvc_config, int8_scale_dtype) + sizeof c.int8_scale_dtype;
+    if (c.struct_size < need)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "a quantized cache_dtype needs the ABI 1.2 config (struct_size %u < %zu)",
+                      c.struct_size, need);
+    if (c.cache_dtype == KVC_DTYPE_FP8_E4M3 || c.cache_dtype == KVC_DTYPE_FP8_E5M2) {
+        if (c.kv_scale_mode > KVC_SCALE_KV_HEAD)
+            return refuse(KVC_ERR_INVALID_ARGUMENT, "kv_scale_mode %u is unknown", c.kv_scale_mode);
+        if (c.kv_scale_mode == KVC_SCALE_NONE) return {};
+        if (c.k_scales == nullptr || c.v_scales == nullptr)
+            return refuse(KVC_ERR_INVALID_ARGUMENT, "kv_scale_mode %u needs k_scales and v_scales", c.kv_scale_mode);
+        const uint64_t n = uint64_t{c.n_layers} * (c.kv_scale_mode == KVC_SCALE_KV_HEAD ? c.n_kv_heads : 1u);
+        for (uint64_t i = 0; i < n; ++i)
+            if (!(std::isfinite(c.k_scales[i]) && c.k_scales[i] > 0.0f) ||
+                !(std::isfinite(c.v_scales[i]) && c.v_scales[i] > 0.0f))
+                return refuse(KVC_ERR_INVALID_ARGUMENT, "fp8 scale %llu is not finite and > 0 (k %g, v %g)",
+                              static_cast<unsigned long long>(i), static_cast<double>(c.k_scales[i]),
+                              static_cast<double>(c.v_scales[i]));
+    }
+    if (c.cache_dtype == KVC_DTYPE_INT8_TOKEN && c.int8_scale_dtype != KVC_DTYPE_F32 &&
+        c.int8_scale_dtype != KVC_DTYPE_F16)
+        return refuse(KVC_ERR_UNSUPPORTED, "int8_scale_dtype %u is not f32 or f16", c.int8_scale_dtype);
+    if (c.cache_dtype == KVC_DTYPE_Q8_0 && c.head_dim % 32 != 0)
+        return refuse(KVC_ERR_UNSUPPORTED, "q8_0 needs a head_dim that is a multiple of 32 (got %u)", c.head_dim);
+    return {};
+}
+
+// create(): the config. max_head_dim and max_count (layers, heads) are the engine's declared limits; quantized:
+// the engine stores the quantized dtypes (the CPU engine; the CUDA engine does not).
+inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t max_count, bool quantized = false) {
     if (c.struct_size < sizeof(kvc_config))
         return refuse(KVC_ERR_INVALID_ARGUMENT, "config.struct_size %u is smaller than kvc_config of ABI 1.0 (%zu)",
                       c.struct_size, sizeof(kvc_config));
@@ -55,8 +86,13 @@ inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t
     if (c.n_q_heads % c.n_kv_heads != 0)
         return refuse(KVC_ERR_INVALID_ARGUMENT, "n_q_heads (%u) is not a multiple of n_kv_heads (%u)", c.n_q_heads,
                       c.n_kv_heads);
-    if (c.cache_dtype > KVC_DTYPE_BF16)
-        return refuse(KVC_ERR_UNSUPPORTED, "cache_dtype %u is not f32, f16 or bf16", c.cache_dtype);
+    if (c.cache_dtype > KVC_DTYPE_BF16 && !(quantized && is_quantized_dtype(c.cache_dtype)))
+        return refuse(KVC_ERR_UNSUPPORTED,
+                      quantized ? "cache_dtype %u is not f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8_token or q8_0"
+                                : "cache_dtype %u is not f32, f16 or bf16",
+                      c.cache_dtype);
+    if (is_quantized_dtype(c.cache_dtype))
+        if (const Refusal r = check_quant_config(c); r.refused()) return r;
     if (c.rope > KVC_ROPE_GPTJ) return refuse(KVC_ERR_UNSUPPORTED, "rope variant %u is unknown", c.rope);
     if (c.rope != KVC_ROPE_NONE && c.head_dim % 2 != 0)
         return refuse(KVC_ERR_INVALID_ARGUMENT, "RoPE needs an even head_dim (got %u)", c.head_dim);
@@ -117,19 +153,20 @@ inline Refusal check_streams(const char* op, uint32_t layer, uint32_t n_seqs, co
 
 // read_kv(): rows pos .. pos + n - 1 exist (in 64 bits: pos + n cannot wrap); the outputs are there when n > 0.
 inline Refusal check_read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, const void* k_out,
-                             const void* v_out, const CacheView& v) {
+                             const void* v_out, const CacheView& v,
+                             const char* op = "read_kv") {
     const kvc_config& c = *v.cfg;
     if (seq >= c.max_seqs)
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "read_kv: sequence %u out of range (max_seqs %u)", seq, c.max_seqs);
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "%s: sequence %u out of range (max_seqs %u)", op, seq, c.max_seqs);
     if (layer >= c.n_layers)
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "read_kv: layer %u out of range (n_layers %u)", layer, c.n_layers);
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "%s: layer %u out of range (n_layers %u)", op, layer, c.n_layers);
     const uint64_t len = v.length(seq, layer);
     if (static_cast<uint64_t>(pos) + n > len)
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "read_kv: rows %u..%llu of sequence %u layer %u, which holds %llu", pos,
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "%s: rows %u..%llu of sequence %u layer %u, which holds %llu", op, pos,
                       static_cast<unsigned long long>(static_cast<uint64_t>(pos) + n) - 1, seq, layer,
                       static_cast<unsigned long long>(len));
     if (n > 0 && (k_out == nullptr || v_out == nullptr))
-        return refuse(KVC_ERR_INVALID_ARGUMENT, "read_kv: k_out or v_out is NULL");
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "%s: k_out or v_out is NULL", op);
     return {};
 }
 

@@ -3,6 +3,8 @@
 //
 //   using Engine = ...;                                   the engine class
 //   static constexpr uint32_t kMemorySpace, kMaxHeadDim;  what its caps say beyond the common ones
+//   static constexpr bool kQuantized;                     it stores the quantized dtypes (ABI 1.2) and has
+//                                                         Engine::read_kv_scales; false: the table's slot is NULL
 //   static constexpr const char* kCreateFailed;           last_error(NULL) after create threw
 //   template <class F> static kvc_status guard(Engine&, F&& call);   runs one operation (catches what it may throw)
 //   static kvc_status append_attend(Engine&, seq, layer, n_new, q, k, v, out);
@@ -50,6 +52,7 @@ public:
         t.memory = memory;
         t.fork = fork;
         t.release = release;
+        if constexpr (Ops::kQuantized) t.read_kv_scales = read_kv_scales;
         return t;
     }
 
@@ -113,6 +116,11 @@ private:
         kvc_caps c{};
         c.struct_size = out->struct_size;
         c.dtypes = (1u << KVC_DTYPE_F32) | (1u << KVC_DTYPE_F16) | (1u << KVC_DTYPE_BF16);
+        if constexpr (Ops::kQuantized) { // every fp8 scale form, int8 scales in f32 or f16 (q stays f32)
+            c.dtypes |= (1u << KVC_DTYPE_FP8_E4M3) | (1u << KVC_DTYPE_FP8_E5M2) | (1u << KVC_DTYPE_INT8_TOKEN) |
+                        (1u << KVC_DTYPE_Q8_0);
+            c.quant = KVC_QUANT_FP8_SCALE_TENSOR | KVC_QUANT_FP8_SCALE_KV_HEAD | KVC_QUANT_INT8_SCALE_F16;
+        }
         c.rope_variants = (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ);
         c.features = KVC_FEATURE_GQA | KVC_FEATURE_PAGED | KVC_FEATURE_FORK | KVC_FEATURE_RELEASE |
                      KVC_FEATURE_BATCH | KVC_FEATURE_CHUNKED;
@@ -149,6 +157,10 @@ private:
     static kvc_status read_kv(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out,
                               void* v_out) {
         return call(cache, [&](Engine& e) { return e.read_kv(seq, layer, pos, n, k_out, v_out); });
+    }
+    static kvc_status read_kv_scales(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n,
+                                     void* k_out, void* v_out) {
+        return call(cache, [&](Engine& e) { return e.read_kv_scales(seq, layer, pos, n, k_out, v_out); });
     }
     static kvc_status seq_length(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t* length) {
         return call(cache, [&](Engine& e) { return e.seq_length(seq, layer, length); });

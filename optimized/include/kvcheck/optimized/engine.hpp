@@ -40,6 +40,8 @@ public:
                              const float* v, float* out);
     kvc_status append_attend_batch(uint32_t layer, const kvc_batch* batch);
     kvc_status read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out);
+    // ABI 1.2: the scales of rows pos .. pos+n-1 of a quantized cache (abi.h read_kv_scales); UNSUPPORTED otherwise.
+    kvc_status read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out);
     kvc_status seq_length(uint32_t seq, uint32_t layer, uint32_t* length);
     kvc_status memory(kvc_memory* out);
     kvc_status fork(uint32_t parent, uint32_t child);
