@@ -121,6 +121,10 @@ typedef struct kvc_pipeline {
 /* The rows a call appends are attended as given (f32, rotated) while the cache stores them rounded to its dtype.
    Outputs then depend on how a prompt is split into calls; the report says so. */
 #define KVC_PIPELINE_NEW_ROWS_UNROUNDED (1u << 1)
+/* ABI 1.2: the rounding of q8_0 codes, when it is not ggml's reference quantize_row_q8_0_ref (roundf(x * (1/d)),
+   half away from zero). It applies to the cache's codes and to a query rounded with KVC_ROUND_Q8_0. At most one: */
+#define KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN (1u << 2) /* round_half_even(x * (127 / amax)): ggml's x86 AVX/AVX2 kernel */
+#define KVC_PIPELINE_Q8_0_RECIP_D_EVEN (1u << 3)    /* round_half_even(x * (1 / d)): ggml's ARM NEON kernel */
 
 /* Where an implementation keeps the cache, so the harness knows which allocator to watch. */
 typedef enum kvc_memory_space { KVC_MEMORY_HOST = 0, KVC_MEMORY_DEVICE = 1 } kvc_memory_space;

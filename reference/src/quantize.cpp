@@ -166,7 +166,7 @@ void quantize_int8_token(const float* x, int n_kv_heads, int head_dim, ScaleDtyp
 
 // ---- q8_0 (llama.cpp) ----
 
-void quantize_row_q8_0(const float* x, int k, BlockQ8_0* y) {
+void quantize_row_q8_0(const float* x, int k, BlockQ8_0* y, Q8_0Rounding rounding) {
     require(k % QK8_0 == 0, "q8_0 needs a multiple of 32 values, got " + std::to_string(k));
     for (int b = 0; b < k / QK8_0; ++b) {
         const float* xb = x + b * QK8_0;
@@ -177,11 +177,14 @@ void quantize_row_q8_0(const float* x, int k, BlockQ8_0* y) {
             std::fill(y[b].qs, y[b].qs + QK8_0, int8_t{0});
             continue;
         }
-        const float id = 1.0f / d; // ggml: id = d ? 1.0f/d : 0.0f, with the f32 d
+        // ggml: id = d ? 1.0f/d : 0.0f, with the f32 d; its x86 kernel: 127.f / amax
+        const float id = rounding == Q8_0Rounding::RecipAmaxEven ? 127.0f / amax : 1.0f / d;
         y[b].d = f16_bits(d);
         for (int j = 0; j < QK8_0; ++j) {
-            const float q = std::round(xb[j] * id); // roundf: half away from zero; |q| <= 127 as d is normal
-            y[b].qs[j] = static_cast<int8_t>(q);
+            const float p = xb[j] * id;
+            // roundf: half away from zero; the SIMD kernels: half to even. |q| <= 127 as d is normal.
+            const double q = rounding == Q8_0Rounding::GgmlRef ? std::round(p) : round_half_even(p);
+            y[b].qs[j] = static_cast<int8_t>(std::clamp(q, -127.0, 127.0));
         }
     }
 }

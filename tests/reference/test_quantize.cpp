@@ -464,6 +464,46 @@ TEST(Q8_0, CodesUseTheF32ScaleNotTheStoredF16One) {
     EXPECT_EQ(back[1], 43.0f * 0x1.02p-7f);
 }
 
+// ggml's SIMD kernels, which write llama.cpp's cache, round differently from quantize_row_q8_0_ref (the numbers
+// below were worked out by hand from the kernels' formulas, in f32):
+TEST(Q8_0, TheSimdKernelsRoundTiesToEven) {
+    // amax 127: d = 1, and both reciprocals (1/d, 127/amax) are 1, so x * id = x: the ties themselves.
+    const auto x = block_of({127.0f, 2.5f, -2.5f, 3.5f, 0.5f, -1.5f, 126.5f});
+    const int8_t ref[7] = {127, 3, -3, 4, 1, -2, 127};  // half away from zero
+    const int8_t even[7] = {127, 2, -2, 4, 0, -2, 126}; // half to even
+    for (const Q8_0Rounding r : {Q8_0Rounding::RecipAmaxEven, Q8_0Rounding::RecipDEven}) {
+        BlockQ8_0 y, yr;
+        quantize_row_q8_0(x.data(), QK8_0, &y, r);
+        quantize_row_q8_0(x.data(), QK8_0, &yr);
+        EXPECT_EQ(y.d, 0x3c00);
+        EXPECT_EQ(y.d, yr.d) << "the scale is the same in every kernel";
+        for (int j = 0; j < 7; ++j) {
+            EXPECT_EQ(yr.qs[j], ref[j]) << "x = " << x[j];
+            EXPECT_EQ(y.qs[j], even[j]) << "x = " << x[j];
+        }
+    }
+}
+
+TEST(Q8_0, TheX86KernelMultipliesBy127OverAmax) {
+    // amax 11: d = 11/127 = 0x1.62c58cp-4, 1/d = 0x1.71745cp+3, but 127/11 = 0x1.71745ep+3 (one ulp more).
+    // x = 0x1.418306p+0: x * (1/d) = 0x1.cffffep+3 (14.4999..) -> 14 in the reference and on NEON,
+    //                    x * (127/amax) = 0x1.d00002p+3 (14.5000..) -> 15 on x86 (not a tie: the reciprocal).
+    const auto x = block_of({11.0f, 0x1.418306p+0f});
+    ASSERT_EQ(11.0f / 127.0f, 0x1.62c58cp-4f);
+    ASSERT_EQ(1.0f / (11.0f / 127.0f), 0x1.71745cp+3f);
+    ASSERT_EQ(127.0f / 11.0f, 0x1.71745ep+3f);
+    BlockQ8_0 ref, x86, neon;
+    quantize_row_q8_0(x.data(), QK8_0, &ref);
+    quantize_row_q8_0(x.data(), QK8_0, &x86, Q8_0Rounding::RecipAmaxEven);
+    quantize_row_q8_0(x.data(), QK8_0, &neon, Q8_0Rounding::RecipDEven);
+    EXPECT_EQ(ref.qs[1], 14);
+    EXPECT_EQ(neon.qs[1], 14);
+    EXPECT_EQ(x86.qs[1], 15);
+    EXPECT_EQ(ref.qs[0], 127);
+    EXPECT_EQ(x86.qs[0], 127);
+    EXPECT_EQ(x86.d, ref.d);
+}
+
 TEST(Q8_0, ZeroTinyAndSeveralBlocks) {
     // Block 0 all zero: d = 0, codes 0. Block 1: negative extreme -254 -> d = 2 (0x4000), -254 * 0.5 = -127,
     // 5 * 0.5 = 2.5 -> 3 (away from zero). Block 2 tiny (amax 1e-37, d below FLT_MIN): d = 0, codes 0.

@@ -108,8 +108,17 @@ struct BlockQ8_0 {
     int8_t qs[QK8_0];
 };
 
+// How the codes of a q8_0 block are rounded. ggml has one reference and per-architecture SIMD kernels that do not
+// agree with it (llama.cpp's cache is written by the SIMD kernel of the machine it runs on):
+//   GgmlRef        quantize_row_q8_0_ref: roundf(x * (1 / d)), half away from zero (the default; docs/quantized.md)
+//   RecipAmaxEven  the x86 AVX/AVX2 kernel: x * (127 / amax), rounded half to even (_mm256_round_ps, nearest)
+//   RecipDEven     the ARM NEON kernel: x * (1 / d), rounded half to even (vcvtnq_s32_f32)
+// d = amax / 127 and its f16 rounding are the same in all three. They differ on ties (x * id exactly k + 1/2) and,
+// for RecipAmaxEven, wherever 127 / amax and 1 / (amax / 127) are different floats.
+enum class Q8_0Rounding { GgmlRef, RecipAmaxEven, RecipDEven };
+
 // x [k] -> y [k / 32]; k must be a multiple of 32.
-void quantize_row_q8_0(const float* x, int k, BlockQ8_0* y);
+void quantize_row_q8_0(const float* x, int k, BlockQ8_0* y, Q8_0Rounding rounding = Q8_0Rounding::GgmlRef);
 // y [k / 32] -> out [k]
 void dequantize_row_q8_0(const BlockQ8_0* y, int k, float* out);
 
