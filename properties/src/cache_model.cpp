@@ -2,6 +2,7 @@
 
 #include "kvcheck/abi.hpp"
 #include "kvcheck/properties/oracle.hpp"
+#include "kvcheck/properties/quant_rows.hpp"
 #include "kvcheck/reference/dtype.hpp"
 #include "kvcheck/reference/splitmix64.hpp"
 
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
 
 namespace kvc::prop {
 
@@ -150,8 +152,31 @@ AppendInputs step_inputs(const Case& c, const Step& s) {
 
 // ---- the rows a cache must store ----
 
+namespace {
+
+// A quantized dtype's rows: the reference quantizer's codes and scales, head row by head row, and their values.
+void quantize_rows(const CaseConfig& cfg, uint32_t layer, uint32_t n_new, const float* v, StoredRows& r) {
+    const uint32_t d = cfg.head_dim;
+    const size_t sb = scale_bytes_per_head_row(cfg), heads = static_cast<size_t>(n_new) * cfg.n_kv_heads;
+    r.k_bits.resize(heads * d);
+    r.v_bits.resize(heads * d);
+    r.k_scale_bits.resize(heads * sb);
+    r.v_scale_bits.resize(heads * sb);
+    for (size_t hr = 0; hr < heads; ++hr) {
+        const uint32_t h = static_cast<uint32_t>(hr % cfg.n_kv_heads);
+        quantize_head_row(cfg, cfg.fp8_scale(1, layer, h), r.rotated.data() + hr * d, r.k_bits.data() + hr * d,
+                          r.k_scale_bits.data() + hr * sb);
+        quantize_head_row(cfg, cfg.fp8_scale(2, layer, h), v + hr * d, r.v_bits.data() + hr * d,
+                          r.v_scale_bits.data() + hr * sb);
+        dequantize_head_row(cfg, r.k_bits.data() + hr * d, r.k_scale_bits.data() + hr * sb, r.k.data() + hr * d);
+        dequantize_head_row(cfg, r.v_bits.data() + hr * d, r.v_scale_bits.data() + hr * sb, r.v.data() + hr * d);
+    }
+}
+
+} // namespace
+
 StoredRows expected_new_rows(const CaseConfig& cfg, uint32_t pos_begin, uint32_t n_new, const float* k,
-                             const float* v) {
+                             const float* v, uint32_t layer) {
     const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
     const size_t es = dtype_size(cfg.cache_dtype);
     StoredRows r;
@@ -162,6 +187,10 @@ StoredRows expected_new_rows(const CaseConfig& cfg, uint32_t pos_begin, uint32_t
     r.rotated.resize(n_new * row);
     for (uint32_t i = 0; i < n_new; ++i)
         expected_rotated_key(cfg, k + i * row, pos_begin + i, r.rotated.data() + i * row);
+    if (dtype_is_quantized(cfg.cache_dtype)) {
+        quantize_rows(cfg, layer, n_new, v, r);
+        return r;
+    }
     for (size_t x = 0; x < r.k.size(); ++x) r.k[x] = ref::round_to_dtype(r.rotated[x], cfg.cache_dtype);
     for (size_t x = 0; x < r.k.size(); ++x) {
         ref::store_dtype(r.k[x], cfg.cache_dtype, r.k_bits.data() + x * es);
@@ -180,7 +209,8 @@ std::string stored_row_reason(const CaseConfig& cfg, const char* source, const M
 }
 
 uint64_t live_bytes(const CaseConfig& cfg, const std::vector<std::vector<uint32_t>>& lengths) {
-    const uint64_t row_bytes = 2ull * cfg.n_kv_heads * cfg.head_dim * dtype_size(cfg.cache_dtype);
+    const uint64_t row_bytes =
+        2ull * cfg.n_kv_heads * head_row_bytes(cfg.cache_dtype, cfg.head_dim, cfg.int8_scale_dtype);
     uint64_t total = 0;
     for (const auto& seq : lengths)
         for (uint32_t l : seq) total += l * row_bytes;
@@ -191,7 +221,8 @@ uint64_t live_bytes(const CaseConfig& cfg, const std::vector<std::vector<uint32_
 
 CacheModel::CacheModel(const CaseConfig& cfg)
     : cfg_(cfg), head_dim_(cfg.head_dim), row_elems_(static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim),
-      elem_bytes_(dtype_size(cfg.cache_dtype)), streams_(cfg.max_seqs, std::vector<Stream>(cfg.n_layers)) {}
+      elem_bytes_(dtype_size(cfg.cache_dtype)), streams_(cfg.max_seqs, std::vector<Stream>(cfg.n_layers)),
+      quantized_(dtype_is_quantized(cfg.cache_dtype)), head_scale_bytes_(scale_bytes_per_head_row(cfg)) {}
 
 std::vector<std::vector<uint32_t>> CacheModel::lengths() const {
     std::vector<std::vector<uint32_t>> out(streams_.size());
@@ -213,9 +244,13 @@ Mismatch CacheModel::at_element(const char* what, uint32_t seq, uint32_t layer, 
 
 std::optional<Mismatch> CacheModel::store(uint32_t seq, uint32_t layer, uint32_t n, const float* k_in,
                                           const float* v_in, const uint8_t* got_k, const uint8_t* got_v,
-                                          uint32_t rope_stage) {
+                                          uint32_t rope_stage, const uint8_t* got_k_scales,
+                                          const uint8_t* got_v_scales, std::string* why) {
     Stream& s = streams_.at(seq).at(layer);
-    const StoredRows want = expected_new_rows(cfg_, s.len, n, k_in, v_in);
+    const StoredRows want = expected_new_rows(cfg_, s.len, n, k_in, v_in, layer);
+    if (quantized_)
+        return store_quantized(s, seq, layer, n, k_in, v_in, want, got_k, got_v, got_k_scales, got_v_scales,
+                               rope_stage, why);
     std::optional<Mismatch> first;
     for (uint32_t i = 0; i < n; ++i)
         for (size_t x = 0; x < row_elems_; ++x) {
@@ -241,24 +276,123 @@ std::optional<Mismatch> CacheModel::store(uint32_t seq, uint32_t layer, uint32_t
     s.k_bits.insert(s.k_bits.end(), got_k, got_k + bytes);
     s.v_bits.insert(s.v_bits.end(), got_v, got_v + bytes);
     s.len += n;
+    if (first && why) *why = stored_row_reason(cfg_, "read-back", *first);
+    return first;
+}
+
+std::optional<Mismatch> CacheModel::store_quantized(Stream& s, uint32_t seq, uint32_t layer, uint32_t n,
+                                                    const float* k_in, const float* v_in,
+                                                    const StoredRows& want, const uint8_t* got_k,
+                                                    const uint8_t* got_v, const uint8_t* got_ks, const uint8_t* got_vs,
+                                                    uint32_t rope_stage, std::string* why) {
+    if (!got_ks || !got_vs) throw std::logic_error("cache model: a quantized row stored without its scales");
+    const uint32_t d = head_dim_;
+    const size_t sb = head_scale_bytes_;
+    std::optional<Mismatch> first;
+    std::vector<float> lo(d), hi(d), got_vals(d);
+    for (uint32_t i = 0; i < n; ++i)
+        for (uint32_t h = 0; h < cfg_.n_kv_heads; ++h) {
+            const size_t hr = static_cast<size_t>(i) * cfg_.n_kv_heads + h, e0 = hr * d;
+            bool k_ok = quantized_row_equal(cfg_, &want.k_bits[e0], &want.k_scale_bits[hr * sb], got_k + e0,
+                                            got_ks + hr * sb);
+            if (!k_ok && cfg_.rope != KVC_ROPE_NONE) { // the implementation's own rotation, within its error
+                for (uint32_t x = 0; x < d; ++x) {
+                    const KeyInterval iv = rotated_key_interval(cfg_, rope_stage, k_in + i * row_elems_, s.len + i,
+                                                                h * d + x, want.rotated[e0 + x]);
+                    lo[x] = iv.lo;
+                    hi[x] = iv.hi;
+                }
+                k_ok = quantized_row_acceptable(cfg_, cfg_.fp8_scale(1, layer, h), lo.data(), hi.data(), got_k + e0,
+                                                got_ks + hr * sb);
+            }
+            const bool v_ok = quantized_row_equal(cfg_, &want.v_bits[e0], &want.v_scale_bits[hr * sb], got_v + e0,
+                                                  got_vs + hr * sb);
+            // attended: what was stored when it is acceptable, else what should have been (not graded twice)
+            if (k_ok) dequantize_head_row(cfg_, got_k + e0, got_ks + hr * sb, got_vals.data());
+            s.k_eff.insert(s.k_eff.end(), k_ok ? got_vals.begin() : want.k.begin() + e0,
+                           k_ok ? got_vals.end() : want.k.begin() + e0 + d);
+            s.v_eff.insert(s.v_eff.end(), want.v.begin() + e0, want.v.begin() + e0 + d);
+            if ((k_ok && v_ok) || first) continue;
+            QuantEvidence ev;
+            ev.cfg = &cfg_;
+            ev.which = k_ok ? 2 : 1;
+            ev.layer = layer;
+            ev.kv_head = h;
+            ev.x = k_ok ? v_in + e0 : &want.rotated[e0];
+            ev.want_codes = k_ok ? &want.v_bits[e0] : &want.k_bits[e0];
+            ev.want_scales = k_ok ? &want.v_scale_bits[hr * sb] : &want.k_scale_bits[hr * sb];
+            ev.got_codes = k_ok ? got_v + e0 : got_k + e0;
+            ev.got_scales = k_ok ? got_vs + hr * sb : got_ks + hr * sb;
+            const QuantFinding f = diagnose_quantized_row(ev);
+            const std::string what = std::string(k_ok ? "v" : "k") + (f.scale ? " scale" : "");
+            const uint32_t dim = f.scale ? (cfg_.cache_dtype == KVC_DTYPE_Q8_0 ? f.index * 32 : 0) : f.index;
+            first = at_element(k_ok ? "v" : "k", seq, layer, (static_cast<size_t>(s.len) + i) * row_elems_ + h * d + dim);
+            first->what = what;
+            if (f.scale && cfg_.cache_dtype != KVC_DTYPE_Q8_0) first->dim = -1;
+            first->expected = f.expected;
+            first->actual = f.actual;
+            if (why)
+                *why = std::string("read-back ") + what + " differs from the reference quantizer's (" +
+                       dtype_name(cfg_.cache_dtype) + (!k_ok && cfg_.rope != KVC_ROPE_NONE
+                                                           ? ", for every rotation within an f32 rotation's error"
+                                                           : ", bitwise") +
+                       "): " + f.text;
+        }
+    s.k_raw.insert(s.k_raw.end(), want.rotated.begin(), want.rotated.end());
+    s.v_raw.insert(s.v_raw.end(), v_in, v_in + static_cast<size_t>(n) * row_elems_);
+    const size_t bytes = static_cast<size_t>(n) * row_elems_, sbytes = static_cast<size_t>(n) * cfg_.n_kv_heads * sb;
+    s.k_bits.insert(s.k_bits.end(), got_k, got_k + bytes);
+    s.v_bits.insert(s.v_bits.end(), got_v, got_v + bytes);
+    s.k_scale_bits.insert(s.k_scale_bits.end(), got_ks, got_ks + sbytes);
+    s.v_scale_bits.insert(s.v_scale_bits.end(), got_vs, got_vs + sbytes);
+    s.len += n;
     return first;
 }
 
 StoredRows CacheModel::store_expected(uint32_t seq, uint32_t layer, uint32_t n, const float* k_in,
                                       const float* v_in) {
     Stream& s = streams_.at(seq).at(layer);
-    StoredRows want = expected_new_rows(cfg_, s.len, n, k_in, v_in);
+    StoredRows want = expected_new_rows(cfg_, s.len, n, k_in, v_in, layer);
     s.k_eff.insert(s.k_eff.end(), want.k.begin(), want.k.end());
     s.v_eff.insert(s.v_eff.end(), want.v.begin(), want.v.end());
     s.k_bits.insert(s.k_bits.end(), want.k_bits.begin(), want.k_bits.end());
     s.v_bits.insert(s.v_bits.end(), want.v_bits.begin(), want.v_bits.end());
+    s.k_scale_bits.insert(s.k_scale_bits.end(), want.k_scale_bits.begin(), want.k_scale_bits.end());
+    s.v_scale_bits.insert(s.v_scale_bits.end(), want.v_scale_bits.begin(), want.v_scale_bits.end());
+    if (quantized_) {
+        s.k_raw.insert(s.k_raw.end(), want.rotated.begin(), want.rotated.end());
+        s.v_raw.insert(s.v_raw.end(), v_in, v_in + static_cast<size_t>(n) * row_elems_);
+    }
     s.len += n;
     return want;
 }
 
 std::optional<Mismatch> CacheModel::first_changed(uint32_t seq, uint32_t layer, const uint8_t* got_k,
-                                                  const uint8_t* got_v) const {
+                                                  const uint8_t* got_v, const uint8_t* got_ks,
+                                                  const uint8_t* got_vs) const {
     const Stream& s = stream(seq, layer);
+    if (quantized_) {
+        if (!got_ks || !got_vs) throw std::logic_error("cache model: quantized rows compared without their scales");
+        // the codes as bytes; a changed code reports its code value, a changed scale its head row
+        const std::pair<const std::vector<uint8_t>*, const uint8_t*> all[] = {
+            {&s.k_bits, got_k}, {&s.v_bits, got_v}, {&s.k_scale_bits, got_ks}, {&s.v_scale_bits, got_vs}};
+        for (int pass = 0; pass < 4; ++pass) {
+            const std::vector<uint8_t>& want = *all[pass].first;
+            const uint8_t* got = all[pass].second;
+            if (want.empty() || std::memcmp(want.data(), got, want.size()) == 0) continue;
+            const size_t byte = static_cast<size_t>(std::mismatch(want.begin(), want.end(), got).first - want.begin());
+            const bool scale = pass >= 2;
+            const size_t el = scale ? byte / head_scale_bytes_ * head_dim_ : byte; // scale: its head row
+            Mismatch m = at_element(pass % 2 == 0 ? "k" : "v", seq, layer, el);
+            if (scale) m.what += " scale";
+            const bool fp8 = dtype_is_fp8(cfg_.cache_dtype);
+            m.expected = scale ? want[byte] : fp8 ? want[byte] : static_cast<int8_t>(want[byte]);
+            m.actual = scale ? got[byte] : fp8 ? got[byte] : static_cast<int8_t>(got[byte]);
+            if (scale) m.what += " byte";
+            return m;
+        }
+        return std::nullopt;
+    }
     const std::pair<const std::vector<uint8_t>*, const uint8_t*> pairs[] = {{&s.k_bits, got_k}, {&s.v_bits, got_v}};
     for (int pass = 0; pass < 2; ++pass) {
         const std::vector<uint8_t>& want = *pairs[pass].first;
@@ -280,9 +414,15 @@ void CacheModel::release(uint32_t seq) {
     for (Stream& s : streams_.at(seq)) s = Stream{};
 }
 
-uint64_t CacheModel::row_bytes() const { return 2ull * row_elems_ * elem_bytes_; }
+uint64_t CacheModel::row_bytes() const {
+    return 2ull * cfg_.n_kv_heads * head_row_bytes(cfg_.cache_dtype, cfg_.head_dim, cfg_.int8_scale_dtype);
+}
 
 size_t CacheModel::kv_bytes(uint32_t rows) const { return static_cast<size_t>(rows) * row_elems_ * elem_bytes_; }
+
+size_t CacheModel::scale_bytes(uint32_t rows) const {
+    return static_cast<size_t>(rows) * cfg_.n_kv_heads * head_scale_bytes_;
+}
 
 uint64_t CacheModel::live_bytes() const { return prop::live_bytes(cfg_, lengths()); }
 

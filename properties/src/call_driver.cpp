@@ -151,6 +151,20 @@ void CallDriver::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n,
     std::memcpy(v.data(), vo.data(), v.size());
 }
 
+void CallDriver::read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, std::vector<uint8_t>& k,
+                                std::vector<uint8_t>& v) {
+    if (!KVC_API_HAS(cache_.api, read_kv_scales))
+        throw AbiError(KVC_ERR_UNSUPPORTED, "read_kv_scales: not provided, though a quantized dtype is declared");
+    Lent ko("k_scales_out", k.size()), vo("v_scales_out", v.size());
+    measured("read_kv_scales", [&] {
+        const kvc_status s = cache_.api->read_kv_scales(cache_.handle, seq, layer, pos, n, ko.data(), vo.data());
+        check_lent("read_kv_scales", {{&ko, nullptr}, {&vo, nullptr}});
+        check_status(s, "read_kv_scales");
+    });
+    std::memcpy(k.data(), ko.data(), k.size());
+    std::memcpy(v.data(), vo.data(), v.size());
+}
+
 uint32_t CallDriver::seq_length(uint32_t seq, uint32_t layer) {
     uint32_t len = 0;
     Lent out("seq_length's out", sizeof len);

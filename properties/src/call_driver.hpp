@@ -46,6 +46,10 @@ public:
     // Rows pos .. pos+n-1 of (seq, layer) into k and v (n * row bytes each).
     void read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, std::vector<uint8_t>& k,
                  std::vector<uint8_t>& v);
+    // Their scales (ABI 1.2, quantized dtypes): k and v sized as read_kv_scales fills them. An implementation that
+    // declares a quantized dtype without read_kv_scales: AbiError UNSUPPORTED (an ERROR: a declared capability).
+    void read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, std::vector<uint8_t>& k,
+                        std::vector<uint8_t>& v);
     uint32_t seq_length(uint32_t seq, uint32_t layer);
     kvc_memory memory(); // not measured: the watch itself asks for it after every measured call
     void fork(uint32_t parent, uint32_t child);

@@ -16,8 +16,35 @@ float CaseConfig::scale() const {
 }
 
 kvc_config CaseConfig::to_abi() const {
-    return make_config(n_layers, n_q_heads, n_kv_heads, head_dim, cache_dtype, max_seqs, max_tokens, rope, block_size_hint,
-                       scale(), rope_theta);
+    kvc_config c = make_config(n_layers, n_q_heads, n_kv_heads, head_dim, cache_dtype, max_seqs, max_tokens, rope,
+                               block_size_hint, scale(), rope_theta);
+    c.kv_scale_mode = kv_scale_mode;
+    c.k_scales = k_scales.empty() ? nullptr : k_scales.data();
+    c.v_scales = v_scales.empty() ? nullptr : v_scales.data();
+    c.int8_scale_dtype = int8_scale_dtype;
+    return c;
+}
+
+float CaseConfig::fp8_scale(uint32_t which, uint32_t layer, uint32_t kv_head) const {
+    if (!dtype_is_fp8(cache_dtype) || kv_scale_mode == KVC_SCALE_NONE) return 1.0f;
+    const std::vector<float>& s = which == 1 ? k_scales : v_scales;
+    return kv_scale_mode == KVC_SCALE_TENSOR ? s.at(layer) : s.at(static_cast<size_t>(layer) * n_kv_heads + kv_head);
+}
+
+const char* scale_mode_name(uint32_t mode) {
+    switch (mode) {
+    case KVC_SCALE_NONE: return "none";
+    case KVC_SCALE_TENSOR: return "tensor";
+    case KVC_SCALE_KV_HEAD: return "kv_head";
+    }
+    return "unknown-scale-mode";
+}
+
+size_t scales_expected(const CaseConfig& c) {
+    if (!dtype_is_fp8(c.cache_dtype)) return 0;
+    if (c.kv_scale_mode == KVC_SCALE_TENSOR) return c.n_layers;
+    if (c.kv_scale_mode == KVC_SCALE_KV_HEAD) return static_cast<size_t>(c.n_layers) * c.n_kv_heads;
+    return 0;
 }
 
 std::vector<std::vector<uint32_t>> lengths_after_ops(const Case& c) {
@@ -42,6 +69,11 @@ kvc_caps required_caps(const Case& c) {
     kvc_caps r{};
     r.struct_size = sizeof r;
     r.dtypes = 1u << c.cfg.cache_dtype;
+    if (dtype_is_fp8(c.cfg.cache_dtype) && c.cfg.kv_scale_mode == KVC_SCALE_TENSOR) r.quant |= KVC_QUANT_FP8_SCALE_TENSOR;
+    if (dtype_is_fp8(c.cfg.cache_dtype) && c.cfg.kv_scale_mode == KVC_SCALE_KV_HEAD)
+        r.quant |= KVC_QUANT_FP8_SCALE_KV_HEAD;
+    if (c.cfg.cache_dtype == KVC_DTYPE_INT8_TOKEN && c.cfg.int8_scale_dtype == KVC_DTYPE_F16)
+        r.quant |= KVC_QUANT_INT8_SCALE_F16;
     r.rope_variants = c.cfg.rope == KVC_ROPE_NONE ? 0u : 1u << c.cfg.rope;
     if (c.cfg.n_kv_heads < c.cfg.n_q_heads) r.features |= KVC_FEATURE_GQA;
     r.max_layers = c.cfg.n_layers;
@@ -74,8 +106,14 @@ std::vector<std::string> missing_caps(const kvc_caps& need, const kvc_caps& have
     if (need.max_head_dim % multiple != 0)
         m.push_back("head_dim " + std::to_string(need.max_head_dim) + " not a multiple of " +
                     std::to_string(multiple) + (rope && have.head_dim_multiple_rope ? " (with RoPE)" : ""));
-    for (uint32_t d = 0; d < 3; ++d)
+    for (uint32_t d = 0; d <= KVC_DTYPE_Q8_0; ++d)
         if ((need.dtypes >> d & 1u) && !(have.dtypes >> d & 1u)) m.push_back(std::string("dtype ") + dtype_name(d));
+    // quant: a 1.0/1.1 plugin's shorter caps read as 0 there (the caller zero-fills what struct_size leaves out)
+    static const std::pair<uint32_t, const char*> quant[] = {{KVC_QUANT_FP8_SCALE_TENSOR, "fp8 scale per tensor"},
+                                                             {KVC_QUANT_FP8_SCALE_KV_HEAD, "fp8 scale per kv head"},
+                                                             {KVC_QUANT_INT8_SCALE_F16, "int8 scale in f16"}};
+    for (const auto& [bit, name] : quant)
+        if ((need.quant & bit) && !(have.quant & bit)) m.push_back(name);
     for (uint32_t r = 1; r < 3; ++r)
         if ((need.rope_variants >> r & 1u) && !(have.rope_variants >> r & 1u))
             m.push_back(std::string("rope ") + rope_name(r));
@@ -132,6 +170,44 @@ T need(const nlohmann::json& j, const char* key) {
     }
 }
 
+// The ABI 1.2 fields. Absent in a case file written before them, they default to no scales and f32 int8 scales.
+void quantization_from_json(const nlohmann::json& g, CaseConfig& cfg) {
+    const bool fp8 = dtype_is_fp8(cfg.cache_dtype);
+    if (g.contains("kv_scale_mode")) {
+        const std::string m = need<std::string>(g, "kv_scale_mode");
+        cfg.kv_scale_mode = m == "none" ? 0u : m == "tensor" ? 1u : m == "kv_head" ? 2u : 99u;
+        if (cfg.kv_scale_mode == 99u) throw std::invalid_argument("case: kv_scale_mode must be none, tensor or kv_head");
+        if (!fp8 && cfg.kv_scale_mode != KVC_SCALE_NONE)
+            throw std::invalid_argument("case: kv_scale_mode other than none needs an fp8 dtype");
+    }
+    for (const auto& [key, out] : {std::pair{"k_scales", &cfg.k_scales}, std::pair{"v_scales", &cfg.v_scales}}) {
+        if (!g.contains(key)) continue;
+        if (!g[key].is_array()) throw std::invalid_argument(std::string("case: \"") + key + "\" must be an array");
+        for (size_t i = 0; i < g[key].size(); ++i) {
+            const float s = need<float>(nlohmann::json{{key, g[key][i]}}, key);
+            if (!std::isfinite(s) || !(s > 0))
+                throw std::invalid_argument(std::string("case: every entry of \"") + key +
+                                            "\" must be a finite number > 0");
+            out->push_back(s);
+        }
+    }
+    const size_t want = scales_expected(cfg);
+    if (cfg.k_scales.size() != want || cfg.v_scales.size() != want)
+        throw std::invalid_argument("case: k_scales and v_scales must hold " + std::to_string(want) +
+                                    " entries each for dtype " + dtype_name(cfg.cache_dtype) + " with kv_scale_mode " +
+                                    scale_mode_name(cfg.kv_scale_mode) +
+                                    " (n_layers for tensor, n_layers * n_kv_heads for kv_head, none otherwise)");
+    if (g.contains("int8_scale_dtype")) {
+        const std::string d = need<std::string>(g, "int8_scale_dtype");
+        cfg.int8_scale_dtype = d == "f32" ? uint32_t{KVC_DTYPE_F32} : d == "f16" ? uint32_t{KVC_DTYPE_F16} : 99u;
+        if (cfg.int8_scale_dtype == 99u) throw std::invalid_argument("case: int8_scale_dtype must be f32 or f16");
+        if (cfg.cache_dtype != KVC_DTYPE_INT8_TOKEN && cfg.int8_scale_dtype != KVC_DTYPE_F32)
+            throw std::invalid_argument("case: int8_scale_dtype f16 needs dtype int8_token");
+    }
+    if (cfg.cache_dtype == KVC_DTYPE_Q8_0 && cfg.head_dim % 32 != 0)
+        throw std::invalid_argument("case: q8_0 needs a head_dim multiple of 32 (its blocks hold 32 values)");
+}
+
 } // namespace
 
 nlohmann::json to_json(const Case& c) {
@@ -154,13 +230,20 @@ nlohmann::json to_json(const Case& c) {
         ops.push_back(o);
     }
     const CaseConfig& g = c.cfg;
-    return {{"config",
-             {{"n_layers", g.n_layers}, {"n_q_heads", g.n_q_heads}, {"n_kv_heads", g.n_kv_heads},
-              {"head_dim", g.head_dim}, {"dtype", dtype_name(g.cache_dtype)}, {"rope", rope_name(g.rope)},
-              {"block_size_hint", g.block_size_hint}, {"max_seqs", g.max_seqs}, {"max_tokens", g.max_tokens},
-              {"rope_theta", g.rope_theta}, {"scale", g.scale()}}},
-            {"ops", ops},
-            {"data_seed", c.data_seed}};
+    nlohmann::json config = {{"n_layers", g.n_layers}, {"n_q_heads", g.n_q_heads}, {"n_kv_heads", g.n_kv_heads},
+                             {"head_dim", g.head_dim}, {"dtype", dtype_name(g.cache_dtype)}, {"rope", rope_name(g.rope)},
+                             {"block_size_hint", g.block_size_hint}, {"max_seqs", g.max_seqs},
+                             {"max_tokens", g.max_tokens}, {"rope_theta", g.rope_theta}, {"scale", g.scale()}};
+    // the quantization fields only where they mean something: a 16-bit case's JSON is what it always was
+    if (dtype_is_fp8(g.cache_dtype)) {
+        config["kv_scale_mode"] = scale_mode_name(g.kv_scale_mode);
+        if (g.kv_scale_mode != KVC_SCALE_NONE) { // floats widen to double exactly and print round-trip exactly
+            config["k_scales"] = g.k_scales;
+            config["v_scales"] = g.v_scales;
+        }
+    }
+    if (g.cache_dtype == KVC_DTYPE_INT8_TOKEN) config["int8_scale_dtype"] = dtype_name(g.int8_scale_dtype);
+    return {{"config", config}, {"ops", ops}, {"data_seed", c.data_seed}};
 }
 
 Case case_from_json(const nlohmann::json& j) {
@@ -172,8 +255,11 @@ Case case_from_json(const nlohmann::json& j) {
     c.cfg.n_kv_heads = need<uint32_t>(g, "n_kv_heads");
     c.cfg.head_dim = need<uint32_t>(g, "head_dim");
     const std::string dt = need<std::string>(g, "dtype");
-    c.cfg.cache_dtype = dt == "f32" ? 0u : dt == "f16" ? 1u : dt == "bf16" ? 2u : 99u; // kvc_dtype
-    if (c.cfg.cache_dtype == 99u) throw std::invalid_argument("case: dtype must be f32, f16 or bf16");
+    c.cfg.cache_dtype = 99u; // kvc_dtype, by its name
+    for (uint32_t d = 0; d <= KVC_DTYPE_Q8_0; ++d)
+        if (dt == dtype_name(d)) c.cfg.cache_dtype = d;
+    if (c.cfg.cache_dtype == 99u)
+        throw std::invalid_argument("case: dtype must be f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8_token or q8_0");
     const std::string rp = need<std::string>(g, "rope");
     c.cfg.rope = rp == "none" ? 0u : rp == "neox" ? 1u : rp == "gptj" ? 2u : 99u; // kvc_rope
     if (c.cfg.rope == 99u) throw std::invalid_argument("case: rope must be none, neox or gptj");
@@ -201,6 +287,7 @@ Case case_from_json(const nlohmann::json& j) {
     at_most(c.cfg.max_tokens, 1u << 20, "max_tokens");
     if (c.cfg.rope != 0 && (c.cfg.head_dim % 2 != 0 || !(c.cfg.rope_theta > 0)))
         throw std::invalid_argument("case: RoPE needs an even head_dim and a positive rope_theta");
+    quantization_from_json(g, c.cfg);
     c.data_seed = need<uint64_t>(j, "data_seed");
     if (!j.contains("ops") || !j["ops"].is_array()) throw std::invalid_argument("case: missing array \"ops\"");
     for (const auto& o : j["ops"]) {
@@ -280,7 +367,22 @@ std::string describe(const Case& c) {
     s << "config: layers=" << g.n_layers << " q_heads=" << g.n_q_heads << " kv_heads=" << g.n_kv_heads
       << " head_dim=" << g.head_dim << " dtype=" << dtype_name(g.cache_dtype) << " rope=" << rope_name(g.rope)
       << " block_size_hint=" << g.block_size_hint << " scale=" << g.scale() << " rope_theta=" << g.rope_theta
-      << " data_seed=" << c.data_seed << "\n";
+      << " data_seed=" << c.data_seed;
+    if (dtype_is_fp8(g.cache_dtype)) {
+        s << " kv_scale_mode=" << scale_mode_name(g.kv_scale_mode);
+        const auto list = [&](const char* name, const std::vector<float>& v) {
+            std::ostringstream e;
+            e.precision(9); // every float told apart
+            for (size_t i = 0; i < v.size(); ++i) e << (i ? "," : "") << v[i];
+            s << " " << name << "=[" << e.str() << "]";
+        };
+        if (g.kv_scale_mode != KVC_SCALE_NONE) {
+            list("k_scales", g.k_scales);
+            list("v_scales", g.v_scales);
+        }
+    }
+    if (g.cache_dtype == KVC_DTYPE_INT8_TOKEN) s << " int8_scale_dtype=" << dtype_name(g.int8_scale_dtype);
+    s << "\n";
     const auto lens = lengths_after_ops(c);
     for (size_t i = 0; i < c.ops.size(); ++i) {
         const Op& op = c.ops[i];

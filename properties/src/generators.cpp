@@ -1,5 +1,7 @@
 #include "generators.hpp"
 
+#include "kvcheck/abi.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -76,13 +78,54 @@ uint32_t draw_head_dim(const ConfigSpace& space, bool rope, std::vector<uint32_t
                 .as("head_dim");
 }
 
+// An fp8 scale: 1, an exact power of two, or log-uniform over [2^lo, 4]. Inputs are about N(0, 1) (|x| < 3), so
+// the small scales push many values x / scale past the format's largest finite value: saturation is exercised
+// (2^-9 does it for E4M3FN's 448, 2^-15 for E5M2's 57344).
+float draw_fp8_scale(int lo) {
+    const uint32_t kind = *rc::gen::weightedElement<uint32_t>({{1, 0}, {2, 1}, {4, 2}}).as("fp8 scale kind");
+    if (kind == 0) return 1.0f;
+    if (kind == 1) return std::ldexp(1.0f, *rc::gen::inRange<int>(lo, 3).as("fp8 scale, power of two"));
+    const uint32_t u = *rc::gen::inRange<uint32_t>(0, 1001).as("fp8 scale, log2 (1/1000 of the range)");
+    return static_cast<float>(std::exp2(lo + (2.0 - lo) * u / 1000.0));
+}
+
+// The quantization of a quantized dtype, drawn last so that a case of a 16-bit dtype draws what it always drew.
+// Per-KV-head scales differ between the heads of a layer (an index taken from the query head is seen), and V's
+// from K's at the same place (k_scale used for V is seen).
+void draw_quantization(const ConfigSpace& space, CaseConfig& c) {
+    if (dtype_is_fp8(c.cache_dtype)) {
+        std::vector<uint32_t> modes{KVC_SCALE_NONE};
+        if (has(space.allow.quant, KVC_QUANT_FP8_SCALE_TENSOR)) modes.push_back(KVC_SCALE_TENSOR);
+        if (has(space.allow.quant, KVC_QUANT_FP8_SCALE_KV_HEAD)) modes.push_back(KVC_SCALE_KV_HEAD);
+        c.kv_scale_mode = *rc::gen::elementOf(modes).as("kv_scale_mode");
+        const int lo = c.cache_dtype == KVC_DTYPE_FP8_E5M2 ? -15 : -9;
+        const size_t n = scales_expected(c), per_layer = c.kv_scale_mode == KVC_SCALE_KV_HEAD ? c.n_kv_heads : 1;
+        // every scale of a layer distinct, K's and V's together: a code made with the wrong one is told apart
+        const auto taken = [&](size_t i, float x) {
+            for (size_t j = i - i % per_layer; j < i; ++j)
+                if (c.k_scales[j] == x || c.v_scales[j] == x) return true;
+            return false;
+        };
+        for (size_t i = 0; i < n; ++i) {
+            float k = draw_fp8_scale(lo), v = draw_fp8_scale(lo);
+            while (taken(i, k)) k *= 1.25f;
+            while (taken(i, v) || v == k) v *= 1.25f;
+            c.k_scales.push_back(k);
+            c.v_scales.push_back(v);
+        }
+    }
+    if (c.cache_dtype == KVC_DTYPE_INT8_TOKEN && has(space.allow.quant, KVC_QUANT_INT8_SCALE_F16))
+        c.int8_scale_dtype = *rc::gen::elementOf(std::vector<uint32_t>{KVC_DTYPE_F32, KVC_DTYPE_F16})
+                                  .as("int8_scale_dtype");
+}
+
 } // namespace
 
 rc::Gen<CaseConfig> config(const ConfigSpace& space) {
     return rc::gen::exec([space] {
                CaseConfig c;
                std::vector<uint32_t> dtypes, ropes{KVC_ROPE_NONE};
-               for (uint32_t d = 0; d < 3; ++d)
+               for (uint32_t d = 0; d <= KVC_DTYPE_Q8_0; ++d)
                    if (space.allow.dtypes >> d & 1u) dtypes.push_back(d);
                for (uint32_t r = 1; r < 3; ++r)
                    if (space.allow.rope_variants >> r & 1u) ropes.push_back(r);
@@ -109,17 +152,22 @@ rc::Gen<CaseConfig> config(const ConfigSpace& space) {
                        group > 1 ? --group : --c.n_kv_heads;
                c.n_q_heads = c.n_kv_heads * group;
                const bool rope = c.rope != KVC_ROPE_NONE;
+               ConfigSpace hs = space; // q8_0's blocks hold 32 values of a head: head_dim a multiple of 32
+               if (c.cache_dtype == KVC_DTYPE_Q8_0) {
+                   hs.allow.head_dim_multiple = lcm(head_dim_multiple(space.allow, false), 32u);
+                   hs.allow.head_dim_multiple_rope = lcm(head_dim_multiple(space.allow, true), 32u);
+               }
                if (space.large_queries) {
                    c.n_q_heads = std::max(c.n_q_heads, 4u);
                    c.n_q_heads -= c.n_q_heads % c.n_kv_heads;
                    if (!has(space.allow.features, KVC_FEATURE_GQA)) c.n_kv_heads = c.n_q_heads;
-                   c.head_dim = draw_head_dim(space, rope, {64, 96, 128}, {});
+                   c.head_dim = draw_head_dim(hs, rope, {64, 96, 128}, {});
                } else if (space.long_cases) {
-                   c.head_dim = draw_head_dim(space, rope, {2, 4, 8, 16}, {});
+                   c.head_dim = draw_head_dim(hs, rope, {2, 4, 8, 16}, {});
                } else if (rope) {
-                   c.head_dim = draw_head_dim(space, rope, {2, 4, 6, 8, 16, 32, 64}, {128, 256});
+                   c.head_dim = draw_head_dim(hs, rope, {2, 4, 6, 8, 16, 32, 64}, {128, 256});
                } else {
-                   c.head_dim = draw_head_dim(space, rope, {1, 3, 4, 5, 8, 12, 16, 32, 64}, {80, 128, 256});
+                   c.head_dim = draw_head_dim(hs, rope, {1, 3, 4, 5, 8, 12, 16, 32, 64}, {80, 128, 256});
                }
                c.block_size_hint = *rc::gen::elementOf(std::vector<uint32_t>{0, 1, 2, 3, 5, 7, 8, 13, 16, 17, 32, 64,
                                                                              128})
@@ -159,6 +207,7 @@ rc::Gen<CaseConfig> config(const ConfigSpace& space) {
                                                                                  200, 601)
                                                                                  .as("log10 rope_theta (1/100)")) /
                                                                               100));
+               draw_quantization(space, c);
                return c;
            })
         .as("config");

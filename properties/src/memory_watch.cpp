@@ -121,7 +121,8 @@ void MemoryWatch::judge(int64_t grown, const kvc_memory& m) {
 }
 
 void MemoryWatch::check_kv_bound(const kvc_memory& m) const {
-    const uint64_t row_bytes = 2ull * cfg_.n_kv_heads * cfg_.head_dim * dtype_size(cfg_.cache_dtype);
+    const uint64_t row_bytes =
+        2ull * cfg_.n_kv_heads * head_row_bytes(cfg_.cache_dtype, cfg_.head_dim, cfg_.int8_scale_dtype);
     const uint64_t block = std::max<uint32_t>(m.block_size, 1u);
     const uint64_t blocks =
         static_cast<uint64_t>(cfg_.max_seqs) * cfg_.n_layers * ((cfg_.max_tokens + block - 1) / block);

@@ -7,7 +7,8 @@
 namespace kvc::prop {
 
 std::string storage_error_clause(uint32_t cache_dtype, const Mismatch& first) {
-    return std::string("; the rows read back differ from the appended values rounded to ") + dtype_name(cache_dtype) +
+    return std::string("; the rows read back differ from the appended values ") +
+           (dtype_is_quantized(cache_dtype) ? "quantized to " : "rounded to ") + dtype_name(cache_dtype) +
            " (first: " + first.describe() + "): a storage error, not arithmetic (CACHE-CONTENT checks it)";
 }
 

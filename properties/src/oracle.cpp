@@ -67,6 +67,15 @@ bool stored_key_acceptable(const CaseConfig& cfg, uint32_t rope_stage, const flo
     return lo <= got && got <= hi;
 }
 
+KeyInterval rotated_key_interval(const CaseConfig& cfg, uint32_t rope_stage, const float* k_in, uint32_t pos,
+                                 uint32_t element, float rotated) {
+    const PairError p = pair_error(cfg, k_in, pos, element);
+    // a rotation declared in 16 bits (cos, sin or the products rounded) moves the result by two of its units
+    const double u16 = rope_stage == KVC_ROUND_F16 ? 0x1p-10 : rope_stage == KVC_ROUND_BF16 ? 0x1p-7 : 0.0;
+    const double err = p.f32_rotation + 2.0 * u16 * p.m + 3.0 * 0x1p-24 * std::fabs(rotated) + 0x1p-149;
+    return {static_cast<float>(rotated - err), static_cast<float>(rotated + err)};
+}
+
 void expected_rotated_key(const CaseConfig& cfg, const float* k_in, uint32_t pos, float* out) {
     const uint32_t d = cfg.head_dim;
     std::vector<long double> row(d);

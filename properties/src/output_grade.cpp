@@ -2,6 +2,7 @@
 
 #include "kvcheck/abi.hpp"
 #include "kvcheck/properties/oracle.hpp"
+#include "kvcheck/reference/quantize.hpp"
 
 #include <algorithm>
 
@@ -33,9 +34,22 @@ Expected expected_outputs(const CacheModel& model, uint32_t seq, uint32_t layer,
     return expect_outputs(model.config(), rows.q, rows.n_rows, s.k_eff, s.v_eff, rows.history, map);
 }
 
+std::vector<float> queries_as_rounded(const Pipeline& declared, const float* q, size_t n) {
+    std::vector<float> r(q, q + n);
+    if (declared.q != KVC_ROUND_FP8_E4M3 && declared.q != KVC_ROUND_FP8_E5M2) return r;
+    const ref::Fp8 f = declared.q == KVC_ROUND_FP8_E5M2 ? ref::Fp8::E5M2 : ref::Fp8::E4M3FN;
+    for (float& x : r) x = ref::decode_fp8(ref::encode_fp8(x, f), f); // unscaled, saturating: abi.h
+    return r;
+}
+
 OutputVerdict grade_call_outputs(const CacheModel& model, uint32_t seq, uint32_t layer, const Pipeline& declared,
-                                 const GradedRows& rows, const std::optional<Mismatch>& storage_mismatch) {
+                                 const GradedRows& given, const std::optional<Mismatch>& storage_mismatch) {
     const CaseConfig& cfg = model.config();
+    // a q declared quantized to fp8 is rounded here exactly, before RoPE, and graded with the rest of the pipeline
+    const std::vector<float> q =
+        queries_as_rounded(declared, given.q, static_cast<size_t>(given.n_rows) * cfg.n_q_heads * cfg.head_dim);
+    GradedRows rows = given;
+    rows.q = q.data();
     const CacheModel::Stream& s = model.stream(seq, layer);
     const bool narrow_cache = cfg.cache_dtype != KVC_DTYPE_F32;
     // an implementation is graded for the pipeline it declares, new rows attended unrounded included

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 namespace kvc::prop {
 
@@ -24,6 +25,15 @@ Outcome outcome_of(const RunResult& r) {
     Outcome o;
     o.headroom = r.headroom;
     o.fails_f32_class = r.fails_f32_class;
+    o.quant_loss = r.quant_loss;
+    if (r.quant_loss >= 0) {
+        std::ostringstream m;
+        m.precision(3);
+        m << "quantization loss (informative, not graded): the outputs differ from attention over the unquantized "
+             "rows by up to "
+          << r.quant_loss << " relative to max|v|";
+        o.notes.push_back(m.str());
+    }
     if (!r.watch_not_run.empty()) {
         o.not_run = "the device-memory watch could not run, so this DEVICE cache's allocations were not held against "
                     "its reports: " + r.watch_not_run;

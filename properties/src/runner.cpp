@@ -53,6 +53,12 @@ int size_for(const RunSettings& s, int index) { // ramp 0..100 like rc::check
 rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, int index, const kvc_caps* limits) {
     kvc_caps allow = full_caps();
     if (limits) {
+        // quantized dtypes only where declared: the cases of an implementation that declares none stay those it
+        // always drew (a seed gives the same cases), and a 1.0/1.1 plugin (quant = 0) is never given one
+        uint32_t quantized = 0;
+        for (uint32_t d = KVC_DTYPE_FP8_E4M3; d <= KVC_DTYPE_Q8_0; ++d) quantized |= 1u << d;
+        allow.dtypes |= limits->dtypes & quantized;
+        allow.quant = limits->quant;
         allow.max_layers = limits->max_layers;
         allow.max_q_heads = limits->max_q_heads;
         allow.max_kv_heads = limits->max_kv_heads;
@@ -89,6 +95,7 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
         const Outcome o = p.check(t, c);
         r.headroom = o.headroom;
         r.notes = o.notes;
+        r.quant_loss = o.quant_loss;
         if (!o.not_run.empty()) { // a part of the property could not run (properties.hpp): never a PASS
             r.verdict = Verdict::NotSupported;
             r.reason = o.not_run;
@@ -275,6 +282,7 @@ nlohmann::json to_json(const CaseResult& r) {
     if (!r.failed_property.empty()) j["failed_property"] = r.failed_property;
     if (r.mismatch) j["mismatch"] = to_json(*r.mismatch);
     if (r.out_of_memory) j["out_of_memory"] = true;
+    if (r.quant_loss >= 0) j["quantization_loss"] = json_number(r.quant_loss); // absent: not a quantized case
     if (r.verdict == Verdict::Fail) {
         j["counterexample"] = to_json(r.counterexample);
         j["counterexample_text"] = describe(r.counterexample);
@@ -300,6 +308,7 @@ CaseResult case_result_from_json(const nlohmann::json& j) {
         r.failed_property = j.value("failed_property", "");
         if (j.contains("mismatch")) r.mismatch = mismatch_from_json(j["mismatch"]);
         r.out_of_memory = j.value("out_of_memory", false);
+        r.quant_loss = j.contains("quantization_loss") ? number_or(j, "quantization_loss", -1.0) : -1.0;
         if (j.contains("counterexample")) r.counterexample = case_from_json(j["counterexample"]);
         return r;
     } catch (const nlohmann::json::exception& e) {

@@ -13,6 +13,7 @@
 #include "memory_watch.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 namespace kvc::prop {
@@ -81,11 +82,15 @@ private:
         result_.outputs[{scope_.op, layer, p.seq}] = out;
         if (p.n_new == 0) return;
         std::vector<uint8_t> k(model_.kv_bytes(p.n_new)), v(model_.kv_bytes(p.n_new));
+        std::vector<uint8_t> ks(model_.scale_bytes(p.n_new)), vs(model_.scale_bytes(p.n_new));
         driver_.read_kv(p.seq, layer, p.before, p.n_new, k, v);
-        const std::optional<Mismatch> wrong =
-            model_.store(p.seq, layer, p.n_new, p.in.k.data(), p.in.v.data(), k.data(), v.data(), pipeline_.rope);
+        if (model_.quantized()) driver_.read_kv_scales(p.seq, layer, p.before, p.n_new, ks, vs);
+        std::string why;
+        const std::optional<Mismatch> wrong = model_.store(p.seq, layer, p.n_new, p.in.k.data(), p.in.v.data(),
+                                                           k.data(), v.data(), pipeline_.rope, ks.data(), vs.data(),
+                                                           &why);
         if (wrong) {
-            if (checks_.content) scope_.fail(stored_row_reason(cfg_, "read-back", *wrong), *wrong);
+            if (checks_.content) scope_.fail(why, *wrong);
             if (!storage_mismatch_) storage_mismatch_ = wrong; // EQUIV's diagnosis names the first
         }
         if (checks_.equiv && !p.extreme) grade_call(p, layer, out);
@@ -137,7 +142,24 @@ private:
         return rows;
     }
 
+    // The informative quantization loss (RunResult::quant_loss): the same queries over the rows before quantization.
+    void measure_quant_loss(uint32_t seq, uint32_t layer, const GradedRows& rows) {
+        const CacheModel::Stream& s = model_.stream(seq, layer);
+        const std::vector<float> q = queries_as_rounded(
+            pipeline_, rows.q, static_cast<size_t>(rows.n_rows) * cfg_.n_q_heads * cfg_.head_dim);
+        const Expected e = expect_outputs(cfg_, q.data(), rows.n_rows, s.k_raw, s.v_raw, rows.history);
+        const uint32_t d = cfg_.head_dim;
+        for (size_t o = 0; o < e.oracle.size(); ++o) {
+            const double err = std::fabs(static_cast<double>(rows.out[o]) - static_cast<double>(e.oracle[o])) /
+                               e.v_scale[o / d];
+            if (std::isfinite(err)) result_.quant_loss = std::max(result_.quant_loss, err);
+        }
+    }
+
     void grade(uint32_t seq, uint32_t layer, const GradedRows& rows) {
+        // EQUIV's cases carry it; the other properties that grade outputs (LONG's long prompts above all) would only
+        // pay a second oracle for it
+        if (model_.quantized() && checks_.property == "EQUIV") measure_quant_loss(seq, layer, rows);
         const OutputVerdict v = grade_call_outputs(model_, seq, layer, pipeline_, rows, storage_mismatch_);
         result_.headroom = std::max(result_.headroom, v.grade.headroom);
         result_.fails_f32_class = result_.fails_f32_class || v.grade.fails_f32_class;
@@ -191,9 +213,11 @@ private:
         const uint32_t len = model_.length(seq, layer);
         if (len == 0) return;
         std::vector<uint8_t> k(model_.kv_bytes(len)), v(model_.kv_bytes(len));
+        std::vector<uint8_t> ks(model_.scale_bytes(len)), vs(model_.scale_bytes(len));
         driver_.read_kv(seq, layer, 0, len, k, v);
-        if (const std::optional<Mismatch> m = model_.first_changed(seq, layer, k.data(), v.data()))
-            scope_.fail(reason, *m);
+        if (model_.quantized()) driver_.read_kv_scales(seq, layer, 0, len, ks, vs);
+        if (const std::optional<Mismatch> m = model_.first_changed(seq, layer, k.data(), v.data(), ks.data(), vs.data()))
+            scope_.fail(reason + (m->what.find("scale") != std::string::npos ? " (a stored scale changed)" : ""), *m);
     }
 
     void check_after_op(const std::vector<bool>& touched) {

@@ -30,7 +30,7 @@ Pipeline declared_pipeline(const kvc_caps& caps) {
     const kvc_pipeline& a = caps.pipeline;
     const auto ok = [](uint32_t r) { return r <= KVC_ROUND_CACHE ? r : uint32_t{KVC_ROUND_F32}; };
     Pipeline p;
-    p.q = ok(a.q);
+    p.q = a.q <= KVC_ROUND_FP8_E5M2 ? a.q : uint32_t{KVC_ROUND_F32}; // q alone may be quantized to fp8 (ABI 1.2)
     p.rope = ok(a.rope);
     p.scores = ok(a.scores);
     p.probs = ok(a.probs);
@@ -58,24 +58,29 @@ const char* round_name(uint32_t r) {
     case KVC_ROUND_F16: return "f16";
     case KVC_ROUND_BF16: return "bf16";
     case KVC_ROUND_CACHE: return "cache";
+    case KVC_ROUND_FP8_E4M3: return "fp8_e4m3";
+    case KVC_ROUND_FP8_E5M2: return "fp8_e5m2";
     }
     return "unknown";
 }
 
 namespace {
 
-uint32_t round_from_name(const std::string& s) {
-    for (uint32_t r = 0; r <= KVC_ROUND_CACHE; ++r)
+uint32_t round_from_name(const std::string& s, bool q_stage) {
+    for (uint32_t r = 0; r <= (q_stage ? KVC_ROUND_FP8_E5M2 : KVC_ROUND_CACHE); ++r)
         if (s == round_name(r)) return r;
-    throw std::invalid_argument("pipeline: stage dtype \"" + s + "\" is not one of f32, f16, bf16, cache");
+    throw std::invalid_argument("pipeline: stage dtype \"" + s + "\" is not one of f32, f16, bf16, cache" +
+                                (q_stage ? ", fp8_e4m3, fp8_e5m2" : " (fp8 only for q)"));
 }
 
-// The dtype a stage rounds to for a given cache dtype.
+// The dtype a stage rounds to for a given cache dtype. A quantized cache's own dtype is f32 here: its values are
+// dequantized to f32 before any arithmetic. An fp8 q is rounded exactly by the oracle (output_grade.cpp), so the
+// bound adds nothing for it either.
 uint32_t resolve(uint32_t r, uint32_t cache_dtype) {
     switch (r) {
     case KVC_ROUND_F16: return KVC_DTYPE_F16;
     case KVC_ROUND_BF16: return KVC_DTYPE_BF16;
-    case KVC_ROUND_CACHE: return cache_dtype;
+    case KVC_ROUND_CACHE: return dtype_is_quantized(cache_dtype) ? uint32_t{KVC_DTYPE_F32} : cache_dtype;
     default: return KVC_DTYPE_F32;
     }
 }
@@ -127,7 +132,7 @@ Pipeline pipeline_from_json(const nlohmann::json& j) {
     const auto stage = [&](const char* key, uint32_t& out) {
         if (!j.contains(key)) return; // an absent stage is f32
         if (!j[key].is_string()) throw std::invalid_argument(std::string("pipeline: \"") + key + "\" must be a string");
-        out = round_from_name(j[key].get<std::string>());
+        out = round_from_name(j[key].get<std::string>(), std::string(key) == "q");
     };
     stage("q", p.q);
     stage("rope", p.rope);
@@ -166,7 +171,7 @@ constexpr double kSafety = 2.2;
 double element_bound(const CaseConfig& cfg, const Pipeline& p, const Expected& e, size_t o, uint32_t n) {
     const uint32_t dt = cfg.cache_dtype, d = cfg.head_dim;
     const double u32 = 0x1p-24;
-    const double u_q = p.q == KVC_ROUND_F32 ? 0.0 : u_of(p.q, dt);
+    const double u_q = p.q == KVC_ROUND_F32 || p.q == KVC_ROUND_FP8_E4M3 || p.q == KVC_ROUND_FP8_E5M2 ? 0.0 : u_of(p.q, dt);
     const double u_r = u_of(p.rope, dt), u_s = u_of(p.scores, dt), u_p = u_of(p.probs, dt);
     const double u_a = u_of(p.accum, dt), u_o = u_of(p.output, dt);
     const bool rope = cfg.rope != KVC_ROPE_NONE;
@@ -296,10 +301,15 @@ Grade grade_outputs(const CaseConfig& cfg, const Pipeline& declared, const float
     // rounding, or a narrower pipeline whose bound the error fits while using a fair share of it.
     if (unrounded_new_rows && !declared.new_rows_unrounded && cfg.cache_dtype != KVC_DTYPE_F32 &&
         scan(cfg, declared, actual, *unrounded_new_rows).headroom <= 1.0) {
-        m << "; the outputs are consistent with the new rows attended before rounding to the cache dtype "
-          << dtype_name(cfg.cache_dtype) << " (the cache stores them rounded, so outputs depend on how a prompt is "
-          << "chunked); declare KVC_PIPELINE_NEW_ROWS_UNROUNDED if that is intended";
-    } else if (name_pipelines && wide && cfg.cache_dtype != KVC_DTYPE_F32) {
+        if (dtype_is_quantized(cfg.cache_dtype))
+            m << "; the chunk's new rows were attended before quantization to " << dtype_name(cfg.cache_dtype)
+              << " (the cache stores them quantized, so outputs depend on how a prompt is chunked); declare "
+              << "KVC_PIPELINE_NEW_ROWS_UNROUNDED if that is intended";
+        else
+            m << "; the outputs are consistent with the new rows attended before rounding to the cache dtype "
+              << dtype_name(cfg.cache_dtype) << " (the cache stores them rounded, so outputs depend on how a prompt "
+              << "is chunked); declare KVC_PIPELINE_NEW_ROWS_UNROUNDED if that is intended";
+    } else if (name_pipelines && wide && cfg.cache_dtype != KVC_DTYPE_F32 && !dtype_is_quantized(cfg.cache_dtype)) {
         // every narrower pipeline whose bound the error fits while using a fair share of it (16-bit stages are
         // hard to tell apart from one another by outputs alone, so all that fit are named)
         std::string fits;

@@ -563,7 +563,9 @@ TEST_F(Cli, ListShowsPropertiesBuiltinsAndVocabulary) {
     const Outcome r = kvcheck("list");
     EXPECT_EQ(r.rc, 0) << r.all();
     for (const char* word : {"EQUIV", "NO-Q", "APPEND-ONLY", "MEMORY", "GQA", "core", "full", "example", "bf16",
-                             "gptj", "chunked", "q_and_v_accum_in_cache_dtype", "device"})
+                             "gptj", "chunked", "q_and_v_accum_in_cache_dtype", "device", "fp8_e4m3", "fp8_e5m2",
+                             "int8_token", "q8_0", "fp8_scale_tensor", "fp8_scale_kv_head", "int8_scale_f16",
+                             "kv_head"})
         EXPECT_NE(r.out.find(word), std::string::npos) << word;
     const Outcome j = kvcheck("list --json");
     ASSERT_EQ(j.rc, 0);
@@ -571,7 +573,18 @@ TEST_F(Cli, ListShowsPropertiesBuiltinsAndVocabulary) {
     const auto doc = nlohmann::json::parse(j.out);
     EXPECT_GE(doc.at("properties").size(), 5u);
     EXPECT_GE(doc.at("builtins").size(), 1u);
-    EXPECT_EQ(doc.at("vocabulary").at("dtypes").size(), 3u);
+    EXPECT_EQ(doc.at("vocabulary").at("dtypes").size(), 7u); // f32, f16, bf16 and the quantized four (ABI 1.2)
+    EXPECT_EQ(doc.at("vocabulary").at("quant").size(), 3u);
+    EXPECT_EQ(doc.at("vocabulary").at("scale_modes").size(), 3u);
+}
+
+// The offline route does not carry quantized caches yet: export refuses them by name instead of writing f32 rows.
+TEST_F(Cli, ExportRefusesQuantizedDtypes) {
+    for (const char* dt : {"fp8_e4m3", "fp8_e5m2", "int8_token", "q8_0"}) {
+        const Outcome r = kvcheck(std::string("export --out vq --cases 1 --properties EQUIV --dtypes ") + dt);
+        EXPECT_EQ(r.rc, 2) << dt << "\n" << r.all();
+        EXPECT_NE(r.all().find("quantized"), std::string::npos) << r.all();
+    }
 }
 
 // A built-in that cannot run here (the CUDA engine on a machine without a GPU) is never judged: named alone it is

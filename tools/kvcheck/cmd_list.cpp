@@ -69,6 +69,8 @@ nlohmann::json list_json() {
              {{"dtypes", words_json(dtype_words(), false)},
               {"rope_variants", words_json(rope_words(), false)},
               {"features", words_json(feature_words(), true)},
+              {"quant", words_json(quant_words(), true)},
+              {"scale_modes", words_json(scale_mode_words(), false)},
               {"precision_classes", words_json(precision_words(), false)},
               {"memory_spaces", words_json(memory_space_words(), false)},
               {"model_features", words_json(model_feature_words(), true)},
@@ -118,6 +120,8 @@ std::string list_text() {
     print_words(o, "dtypes", dtype_words());
     print_words(o, "rope variants", rope_words());
     print_words(o, "features", feature_words());
+    print_words(o, "quantized scale forms (kvc_caps.quant)", quant_words());
+    print_words(o, "fp8 scale modes (kvc_config.kv_scale_mode)", scale_mode_words());
     print_words(o, "precision classes", precision_words());
     print_words(o, "memory spaces", memory_space_words());
     print_words(o, "model features", model_feature_words());

@@ -14,9 +14,11 @@
 
 #include "kvcheck/model/model_properties.hpp"
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <sstream>
 
 namespace kvc::harness {
 namespace {
@@ -82,6 +84,27 @@ class Batches {
     std::map<std::size_t, CaseRun> kept_; // case k -> its conformant result from a batch
 };
 
+// The informative quantization loss of a property's cases (prop::CaseResult::quant_loss): how many cases carry
+// one, their median and their largest; null when none does (no quantized case ran).
+nlohmann::json quantization_loss_summary(const nlohmann::json& case_list, const std::string& property) {
+    std::vector<double> v;
+    for (const nlohmann::json& c : case_list)
+        if (c.value("property", "") == property && c.contains("quantization_loss") &&
+            c["quantization_loss"].is_number())
+            v.push_back(c["quantization_loss"].get<double>());
+    if (v.empty()) return nullptr;
+    std::sort(v.begin(), v.end());
+    return {{"cases", v.size()}, {"median", v[v.size() / 2]}, {"max", v.back()}};
+}
+
+std::string quantization_loss_text(const nlohmann::json& loss) {
+    std::ostringstream s;
+    s.precision(3);
+    s << loss["cases"].get<std::size_t>() << " quantized cases, outputs against attention over the unquantized rows "
+      << "(relative to max|v|): median " << loss["median"].get<double>() << ", max " << loss["max"].get<double>();
+    return s.str();
+}
+
 } // namespace
 
 int validate(const ValidateOptions& o) {
@@ -110,7 +133,7 @@ int validate(const ValidateOptions& o) {
             throw BadInput(std::string("--counterexamples ") + o.counterexamples + " and " + option + " " + *path +
                            " name the same path");
     std::vector<Skipped> skipped;
-    const std::vector<Subject> subjects = load_subjects(o.plugin, o.builtin, true, o.iso(), &skipped);
+    const std::vector<Subject> subjects = subjects_of(o.plugin, o.builtin, o.connect, true, o.iso(), &skipped);
     const bool several = subjects.size() > 1;
     for (const Subject& s : subjects) {
         if (o.level == "model" && !s.model)
@@ -151,7 +174,8 @@ int validate(const ValidateOptions& o) {
     if (!o.filter.empty()) std::cout << " (filter " << o.filter << ")";
     if (!o.shard.empty()) std::cout << " in shard " << shard.index << "/" << shard.count;
     std::cout << "\n";
-    std::cout << "rerun: kvcheck validate " << (o.plugin.empty() ? "--builtin " + o.builtin : subjects[0].target_args)
+    std::cout << "rerun: kvcheck validate "
+              << (o.plugin.empty() && o.connect.empty() ? "--builtin " + o.builtin : subjects[0].target_args)
               << " --seed " << seed << " --profile " << o.profile << " --cases " << o.cases;
     if (o.level != "auto") std::cout << " --level " << o.level;
     if (!o.filter.empty()) std::cout << " --filter " << shell_quote(o.filter);
@@ -200,6 +224,7 @@ int validate(const ValidateOptions& o) {
     std::vector<Row> rows;
     int totals[kVerdictCount] = {};
     int unshrunk_failures = 0;
+    std::vector<std::string> quant_lines; // the quantization loss of each property that has quantized cases
     uint64_t case_processes = 0; // processes started for cases (a batch is one; shrinking happens inside a case's)
     for (const Subject& subj : subjects) {
         const std::vector<CaseRef> cases = cases_of(subj, sel, o.level);
@@ -284,12 +309,18 @@ int validate(const ValidateOptions& o) {
         }
         nlohmann::json impl = subject_json(subj);
         nlohmann::json per_property = nlohmann::json::array();
-        for (std::size_t i = first_row; i < rows.size(); ++i)
+        for (std::size_t i = first_row; i < rows.size(); ++i) {
             per_property.push_back({{"id", rows[i].property},
                                     {"level", level_name(rows[i].level)},
                                     {"core", rows[i].core},
                                     {"counts", counts_json(rows[i].counts)},
                                     {"result", row_result(rows[i], o.shard.empty())}});
+            const nlohmann::json loss = quantization_loss_summary(case_list, rows[i].property);
+            if (!loss.is_null()) {
+                per_property.back()["quantization_loss"] = loss;
+                quant_lines.push_back(subj.label + " " + rows[i].property + ": " + quantization_loss_text(loss));
+            }
+        }
         impl["counts"] = counts_json(counts);
         bool untested_core = false;
         for (std::size_t i = first_row; i < rows.size(); ++i)
@@ -312,6 +343,8 @@ int validate(const ValidateOptions& o) {
     std::cout << "\nverdict table (seed " << seed << ", profile " << o.profile << ", " << o.cases
               << " cases per property" << (o.shard.empty() ? "" : ", shard " + o.shard) << ")\n";
     std::cout << verdict_table(rows, several, any_model, o.shard.empty());
+    for (const std::string& l : quant_lines)
+        std::cout << "quantization loss (informative, not graded), " << l << "\n";
     if (unshrunk_failures)
         std::cout << unshrunk_failures << " failures were reported unshrunk (only the first " << shrink_first
                   << " of each property are shrunk; --shrink-first N or all changes that)\n";

@@ -11,6 +11,34 @@ const std::vector<Word>& dtype_words() {
         {KVC_DTYPE_F32, "f32", "IEEE binary32, 4 bytes per element"},
         {KVC_DTYPE_F16, "f16", "IEEE binary16, 2 bytes per element"},
         {KVC_DTYPE_BF16, "bf16", "bfloat16 (8-bit exponent, 7-bit mantissa), 2 bytes per element"},
+        {KVC_DTYPE_FP8_E4M3, "fp8_e4m3",
+         "fp8 E4M3FN (max 448, saturating), 1 byte per element; code = fp8(x / scale), scale from the config"},
+        {KVC_DTYPE_FP8_E5M2, "fp8_e5m2",
+         "fp8 E5M2 (max 57344, saturating), 1 byte per element; code = fp8(x / scale), scale from the config"},
+        {KVC_DTYPE_INT8_TOKEN, "int8_token",
+         "int8 symmetric per token and KV head: 1 byte per element plus one f32 (or f16) scale absmax/127 per head row"},
+        {KVC_DTYPE_Q8_0, "q8_0",
+         "llama.cpp block_q8_0 along each head: 32 int8 codes and one f16 scale per block (head_dim % 32 == 0)"},
+    };
+    return w;
+}
+
+const std::vector<Word>& quant_words() {
+    static const std::vector<Word> w = {
+        {KVC_QUANT_FP8_SCALE_TENSOR, "fp8_scale_tensor",
+         "fp8 with one k and one v scale per layer (kv_scale_mode tensor; mode none is implied by an fp8 dtype)"},
+        {KVC_QUANT_FP8_SCALE_KV_HEAD, "fp8_scale_kv_head", "fp8 with one k and one v scale per layer and KV head"},
+        {KVC_QUANT_INT8_SCALE_F16, "int8_scale_f16",
+         "int8_token keeping its row scales in f16 (f32 is implied by the dtype)"},
+    };
+    return w;
+}
+
+const std::vector<Word>& scale_mode_words() {
+    static const std::vector<Word> w = {
+        {KVC_SCALE_NONE, "none", "fp8 without scales: code = fp8(x)"},
+        {KVC_SCALE_TENSOR, "tensor", "k_scales, v_scales [n_layers]"},
+        {KVC_SCALE_KV_HEAD, "kv_head", "k_scales, v_scales [n_layers][n_kv_heads]"},
     };
     return w;
 }
@@ -101,6 +129,7 @@ nlohmann::json caps_to_json(const kvc_caps& caps) {
     return {{"dtypes", bits_to_words(dtype_words(), caps.dtypes, false)},
             {"rope_variants", ropes},
             {"features", bits_to_words(feature_words(), caps.features, true)},
+            {"quant", bits_to_words(quant_words(), caps.quant, true)},
             {"precision", word_for(precision_words(), caps.precision)},
             {"memory_space", word_for(memory_space_words(), caps.memory_space)},
             {"limits",
@@ -123,6 +152,8 @@ std::string caps_to_text(const kvc_caps& caps, const std::string& indent) {
     s << indent << "dtypes: " << join(j["dtypes"].get<std::vector<std::string>>())
       << "; rope: " << join(j["rope_variants"].get<std::vector<std::string>>())
       << "; features: " << join(j["features"].get<std::vector<std::string>>()) << "\n";
+    if (caps.dtypes >> KVC_DTYPE_FP8_E4M3) // a quantized dtype: its scale forms
+        s << indent << "quantized scale forms: " << join(j["quant"].get<std::vector<std::string>>()) << "\n";
     s << indent << "precision pipeline: " << j["pipeline_name"].get<std::string>()
       << "; memory space: " << j["memory_space"].get<std::string>() << "; limits:";
     write_limits(s, j["limits"]);

@@ -119,6 +119,9 @@ json declared_to_json(const Declared& d) {
 
 std::vector<std::string> unsupported(const prop::Case& c, const kvc_caps& caps) {
     std::vector<std::string> why = prop::missing_caps(prop::required_caps(c), caps);
+    if (dtype_is_quantized(c.cfg.cache_dtype)) // never exported; a hand-written manifest is refused, not misjudged
+        why.push_back(std::string("dtype ") + dtype_name(c.cfg.cache_dtype) +
+                      " (quantized: the offline route does not carry codes and scales yet; use kvcheck validate)");
     const bool rope = c.cfg.rope != KVC_ROPE_NONE;
     const uint32_t mult = rope && caps.head_dim_multiple_rope > 0 ? caps.head_dim_multiple_rope : caps.head_dim_multiple;
     if (mult > 1 && c.cfg.head_dim % mult != 0)

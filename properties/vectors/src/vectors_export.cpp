@@ -177,6 +177,15 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
     std::set<uint32_t> dtypes;
     for (const std::string& w : o.dtypes) {
         const int dt = dtype_from_word(w);
+        if (dt < 0 && w != "unknown-dtype" && [&] {
+                for (uint32_t d = KVC_DTYPE_FP8_E4M3; d <= KVC_DTYPE_Q8_0; ++d)
+                    if (w == dtype_name(d)) return true;
+                return false;
+            }()) {
+            err << "kvcheck export: dtype \"" << w << "\" is quantized: the offline route does not carry quantized "
+                << "caches (codes and scales) yet; judge them with kvcheck validate --plugin (docs/vectors.md)\n";
+            return kExitBadInput;
+        }
         if (dt < 0) {
             err << "kvcheck export: unknown dtype \"" << w << "\" (f32, f16, bf16)\n";
             return kExitBadInput;

@@ -230,6 +230,12 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
     g.r.seed = vc.seed;
     g.r.counterexample = vc.c;
     g.outputs = vc.checks.equiv;
+    if (dtype_is_quantized(vc.c.cfg.cache_dtype)) { // export never writes one: a manifest edited by hand
+        g.r.verdict = prop::Verdict::NotSupported;
+        g.r.reason = std::string("dtype ") + dtype_name(vc.c.cfg.cache_dtype) +
+                     " is quantized: the offline route does not grade codes and scales yet (use kvcheck validate)";
+        return g;
+    }
     const fs::path stp = results_dir / (vc.stem + ".safetensors"), jsp = results_dir / (vc.stem + ".json");
     const bool has_st = fs::exists(stp), has_js = fs::exists(jsp);
     if (!has_st && !has_js) {

@@ -7,8 +7,11 @@
 //   step expansion   a case's ops as calls: one per (sequence, layer) append, one per layer of a batch
 //   inputs           the q, k, v of every append, from the case's data seed (input_value)
 //   stored rows      a new row must be stored as the appended value rounded to the cache dtype, keys rotated
-//                    (CACHE-CONTENT); a row once stored never changes (APPEND-ONLY)
-//   live bytes       2 * sum over (sequence, layer) of length * n_kv_heads * head_dim * sizeof(dtype) (MEMORY)
+//                    (CACHE-CONTENT); for a quantized dtype, as the reference quantizer's codes and scales
+//                    (quant_rows.hpp), and the values attended are those dequantized; a row once stored never
+//                    changes, codes and scales alike (APPEND-ONLY)
+//   live bytes       2 * sum over (sequence, layer) of length * n_kv_heads * head_row_bytes (MEMORY): head_dim *
+//                    sizeof(dtype), plus the scales stored with each row for int8_token and q8_0
 #pragma once
 
 #include "kvcheck/properties/case.hpp"
@@ -83,22 +86,26 @@ AppendInputs step_inputs(const Case& c, const Step& s);
 
 // ---- the rows a cache must store ----
 
-// The rows n new tokens must be stored as: bytes of the cache dtype ([n][Hkv*d] elements) and the same values
-// widened to float; `rotated` is each key before its rounding to the cache dtype (long double rotation, to float).
+// The rows n new tokens must be stored as: bytes of the cache dtype ([n][Hkv*d] elements; the codes of a
+// quantized dtype) and the same values widened to float (dequantized); `rotated` is each key before its rounding
+// to the cache dtype (long double rotation, to float). k_scale_bits, v_scale_bits: a quantized dtype's scales as
+// read_kv_scales returns them ([n][Hkv][scale bytes of a head row]), empty otherwise. `layer` picks an fp8 scale.
 struct StoredRows {
     std::vector<uint8_t> k_bits, v_bits;
     std::vector<float> k, v;
     std::vector<float> rotated;
+    std::vector<uint8_t> k_scale_bits, v_scale_bits;
 };
 StoredRows expected_new_rows(const CaseConfig& cfg, uint32_t pos_begin, uint32_t n_new, const float* k,
-                             const float* v);
+                             const float* v, uint32_t layer = 0);
 
 // The reason of a CACHE-CONTENT failure for the first element `m` that differs; `source` names where the rows came
 // from ("read-back", "dumped").
 std::string stored_row_reason(const CaseConfig& cfg, const char* source, const Mismatch& m);
 
 constexpr const char* kLiveBytesRule = "reported live bytes differ from 2 * tokens * n_kv_heads * head_dim * "
-                                       "sizeof(dtype)";
+                                       "sizeof(dtype) (for int8_token and q8_0 the scale bytes of each head row "
+                                       "included: + 4 or 2 per row, + 2 per 32 values; fp8's config scales not)";
 constexpr const char* kRewrittenRule = "the past of the cache was rewritten";
 
 // Per (sequence, layer): the rows appended since the sequence started, as the implementation stored them.
@@ -108,6 +115,9 @@ public:
         uint32_t len = 0;
         std::vector<float> k_eff, v_eff;     // [len][Hkv*d] the stored values the oracle attends, widened to float
         std::vector<uint8_t> k_bits, v_bits; // [len][Hkv*d*s] the bytes the implementation gave back for them
+        std::vector<uint8_t> k_scale_bits, v_scale_bits; // quantized: [len][Hkv][scale bytes] as read back
+        std::vector<float> k_raw, v_raw; // quantized: [len][Hkv*d] the rows before quantization (keys rotated by
+                                         // the oracle): what the informative quantization loss is measured against
     };
 
     explicit CacheModel(const CaseConfig& cfg);
@@ -121,21 +131,31 @@ public:
     // implementation within what an f32 rotation (or the declared RoPE stage) may give (stored_key_acceptable).
     // Returns the first element that differs, k before v. The rows are recorded whatever the outcome, a wrong key
     // attended as it should have been stored, so that a storage error is not graded a second time by EQUIV.
+    // A quantized dtype's rows are judged by their codes and scales (got_k_scales, got_v_scales: [n][Hkv][scale
+    // bytes of a head row]; nullptr for other dtypes); a key rotated by the implementation by
+    // quantized_row_acceptable. `why`, when given, receives the reason of the first difference (for a quantized
+    // dtype with its mechanism, quant_diagnosis.cpp).
     std::optional<Mismatch> store(uint32_t seq, uint32_t layer, uint32_t n, const float* k_in, const float* v_in,
-                                  const uint8_t* got_k, const uint8_t* got_v, uint32_t rope_stage);
+                                  const uint8_t* got_k, const uint8_t* got_v, uint32_t rope_stage,
+                                  const uint8_t* got_k_scales = nullptr, const uint8_t* got_v_scales = nullptr,
+                                  std::string* why = nullptr);
     // Records the rows as they must be stored (what export writes as expected); returns them.
     StoredRows store_expected(uint32_t seq, uint32_t layer, uint32_t n, const float* k_in, const float* v_in);
 
     // The first element of the rows recorded for (seq, layer) that got_k, got_v (at least len rows each) do not
     // hold bitwise: a row once stored never changes.
-    std::optional<Mismatch> first_changed(uint32_t seq, uint32_t layer, const uint8_t* got_k,
-                                          const uint8_t* got_v) const;
+    // A quantized dtype's scales (got_k_scales, got_v_scales, as in store) are compared the same way.
+    std::optional<Mismatch> first_changed(uint32_t seq, uint32_t layer, const uint8_t* got_k, const uint8_t* got_v,
+                                          const uint8_t* got_k_scales = nullptr,
+                                          const uint8_t* got_v_scales = nullptr) const;
 
     void fork(uint32_t parent, uint32_t child); // the child starts with the parent's rows
     void release(uint32_t seq);                 // the sequence holds no row
 
-    uint64_t row_bytes() const; // K and V of one token in one layer: 2 * n_kv_heads * head_dim * sizeof(dtype)
+    uint64_t row_bytes() const; // K and V of one token in one layer: 2 * n_kv_heads * head_row_bytes
     size_t kv_bytes(uint32_t rows) const; // K (or V) of `rows` tokens of one (seq, layer), as read_kv returns them
+    size_t scale_bytes(uint32_t rows) const; // their scales as read_kv_scales returns them (0: not quantized)
+    bool quantized() const { return quantized_; }
     uint64_t live_bytes() const;
     uint64_t live_bytes_in_blocks(uint64_t block_tokens) const; // every stream rounded up to whole blocks
 
@@ -143,11 +163,17 @@ public:
 
 private:
     Mismatch at_element(const char* what, uint32_t seq, uint32_t layer, size_t element) const;
+    std::optional<Mismatch> store_quantized(Stream& s, uint32_t seq, uint32_t layer, uint32_t n, const float* k_in,
+                                            const float* v_in, const StoredRows& want, const uint8_t* got_k, const uint8_t* got_v,
+                                            const uint8_t* got_ks, const uint8_t* got_vs, uint32_t rope_stage,
+                                            std::string* why);
 
     CaseConfig cfg_;
     uint32_t head_dim_;
     size_t row_elems_, elem_bytes_;
     std::vector<std::vector<Stream>> streams_; // [seq][layer]
+    bool quantized_;
+    size_t head_scale_bytes_; // scale bytes of one head row (0: not quantized)
 };
 
 // Live bytes of the formula for the given lengths [seq][layer].

@@ -24,9 +24,19 @@ struct CaseConfig {
     uint32_t max_tokens = 256;
     float rope_theta = 10000.0f;
     float softmax_scale = 0.0f; // the config's scale; 0 means 1/sqrt(head_dim)
+    // ABI 1.2, read only for a quantized cache_dtype (docs/quantized.md): an fp8 cache's scales, given by the
+    // harness ([n_layers] for KVC_SCALE_TENSOR, [n_layers][n_kv_heads] for KVC_SCALE_KV_HEAD, empty for NONE), and
+    // the dtype an INT8_TOKEN cache keeps its per-row scales in (KVC_DTYPE_F32 or KVC_DTYPE_F16).
+    uint32_t kv_scale_mode = KVC_SCALE_NONE; // kvc_scale_mode
+    std::vector<float> k_scales, v_scales;
+    uint32_t int8_scale_dtype = KVC_DTYPE_F32;
 
     float scale() const; // softmax_scale, or 1/sqrt(head_dim) rounded to float once, here
+    // The ABI config. Its k_scales / v_scales point into this CaseConfig's vectors: the result is valid only while
+    // this object lives unchanged (create() copies the scales, as abi.h requires, so passing it to create is safe).
     kvc_config to_abi() const;
+    // The fp8 scale of K (which 1) or V (2) rows of (layer, KV head): 1 under KVC_SCALE_NONE or a non-fp8 dtype.
+    float fp8_scale(uint32_t which, uint32_t layer, uint32_t kv_head) const;
     uint32_t group() const { return n_q_heads / n_kv_heads; }
 };
 
@@ -57,7 +67,13 @@ struct Case {
     uint64_t data_seed = 0;
 };
 
-// Capabilities a case needs, as a kvc_caps with the needed bits and the largest sizes it uses.
+// "none", "tensor", "kv_head" (kvc_scale_mode), as case files and reports spell it.
+const char* scale_mode_name(uint32_t mode);
+// Entries each of k_scales and v_scales must hold: n_layers (TENSOR), n_layers * n_kv_heads (KV_HEAD), 0 otherwise.
+size_t scales_expected(const CaseConfig& c);
+
+// Capabilities a case needs, as a kvc_caps with the needed bits and the largest sizes it uses; for a quantized
+// dtype the KVC_QUANT_* bits its scale form needs (quant, which a 1.0/1.1 plugin's caps hold as 0).
 kvc_caps required_caps(const Case& c);
 // The head_dim multiple `caps` demand for a case with or without RoPE (1: any head_dim).
 uint32_t head_dim_multiple(const kvc_caps& caps, bool rope);

@@ -62,6 +62,15 @@ double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, 
 bool stored_key_acceptable(const CaseConfig& cfg, uint32_t rope_stage, const float* k_in, uint32_t pos,
                            uint32_t element, float rotated, float got);
 
+// The interval [lo, hi] of rotations a correct implementation's own rotation of key element `element` at `pos` may
+// give before it is stored (the same error model as stored_key_acceptable, before the rounding to a dtype): what a
+// quantized key's codes and scales are judged against (quantized_row_acceptable).
+struct KeyInterval {
+    float lo, hi;
+};
+KeyInterval rotated_key_interval(const CaseConfig& cfg, uint32_t rope_stage, const float* k_in, uint32_t pos,
+                                 uint32_t element, float rotated);
+
 // Absolute error bound of an f32 angle pos * theta^(-2j/d) (radians): what a plain float RoPE loses at `pos`.
 double rope_angle_error(uint32_t pos, uint32_t j, uint32_t head_dim, float theta);
 

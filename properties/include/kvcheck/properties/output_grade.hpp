@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kvc::prop {
 
@@ -36,6 +37,11 @@ struct OutputVerdict {
 // property checked (the oracle attends the rows as they should be stored, so the storage is named as the cause).
 OutputVerdict grade_call_outputs(const CacheModel& model, uint32_t seq, uint32_t layer, const Pipeline& declared,
                                  const GradedRows& rows, const std::optional<Mismatch>& storage_mismatch);
+
+// The queries as the declared pipeline's q stage rounds them before anything else: a copy of q [n floats], each
+// quantized to fp8 (unscaled, saturating; the reference encoder) when pipeline.q is KVC_ROUND_FP8_*, else as given
+// (16-bit q stages are covered by the bound instead).
+std::vector<float> queries_as_rounded(const Pipeline& declared, const float* q, size_t n);
 
 // The expectation of the graded rows over the first `history` rows of (seq, layer) as the model holds them.
 Expected expected_outputs(const CacheModel& model, uint32_t seq, uint32_t layer, const GradedRows& rows,

@@ -36,6 +36,9 @@ struct CaseResult {
     // new threw std::bad_alloc. Under --memory-limit the harness reads that as the limit, not as the
     // implementation's fault (harness/case_run.cpp); carried as a flag so no message text can fake or hide it.
     bool out_of_memory = false;
+    // A quantized cache: the largest error of its outputs against attention over the unquantized rows, relative to
+    // max |v| (what quantizing loses). Informative, never graded; -1 when not measured. JSON "quantization_loss".
+    double quant_loss = -1;
 };
 
 struct RunSettings {

@@ -53,6 +53,10 @@ struct RunResult {
     uint64_t workspace_bytes = 0;        // reported after create
     std::string watched;                 // what the allocator watch read: "heap", "device memory (libcudart.so.13)"
     std::string watch_not_run;           // why the allocator watch asked for could not run (no CUDA runtime, no device)
+    // A quantized cache (EQUIV's cases): the largest error of the graded outputs against attention over the UNQUANTIZED
+    // rows, relative to max |v| of the row: what the user loses by quantizing. Informative, never graded; -1 when
+    // not measured.
+    double quant_loss = -1;
 };
 
 // One cache instance driven op by op, with the harness's model beside it. The constructor creates the cache;

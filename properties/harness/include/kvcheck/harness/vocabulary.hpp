@@ -19,7 +19,9 @@ struct Word {
     std::string meaning; // one line
 };
 
-const std::vector<Word>& dtype_words();        // f32, f16, bf16
+const std::vector<Word>& dtype_words();        // f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8_token, q8_0
+const std::vector<Word>& quant_words();        // KVC_QUANT_* bits: fp8_scale_tensor, fp8_scale_kv_head, ...
+const std::vector<Word>& scale_mode_words();   // kvc_scale_mode: none, tensor, kv_head
 const std::vector<Word>& rope_words();         // none, neox, gptj
 const std::vector<Word>& feature_words();      // gqa, paged, fork, release, batch, chunked
 const std::vector<Word>& precision_words();    // f32, q_and_v_accum_in_cache_dtype
@@ -28,7 +30,7 @@ const std::vector<Word>& memory_space_words(); // host, device
 // The name of `value` in `words`, or "unknown(N)".
 std::string word_for(const std::vector<Word>& words, uint32_t value);
 
-// Declared capabilities decoded to words: dtypes, rope_variants, features, precision, memory_space, limits.
+// Declared capabilities decoded to words: dtypes, rope_variants, features, quant, precision, memory_space, limits.
 nlohmann::json caps_to_json(const kvc_caps& caps);
 // The same on a few readable lines, each starting with `indent`.
 std::string caps_to_text(const kvc_caps& caps, const std::string& indent);
