@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the parsers of outside input with libFuzzer:
 #   bash tools/fuzz.sh TARGET SECONDS     fuzz TARGET (replay result golden safetensors vectors_manifest
-#                                         results_manifest, or all: each in turn) for SECONDS
+#                                         results_manifest pipe_reply, or all: each in turn) for SECONDS
 #   bash tools/fuzz.sh ctest              the fuzzing stage of tools/test.sh: build every target and run ctest's
 #                                         fuzz.* tests there (corpus replay, and a short run of each target with a
 #                                         fixed seed and a fixed number of inputs: tests/fuzz/short_run.sh)
@@ -11,7 +11,7 @@
 # the corpus as a regression input (ctest replays the corpus in every build) and fix the parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(replay result golden safetensors vectors_manifest results_manifest)
+targets=(replay result golden safetensors vectors_manifest results_manifest pipe_reply)
 usage="usage: bash tools/fuzz.sh TARGET|all SECONDS | bash tools/fuzz.sh ctest   (targets: ${targets[*]})"
 if [ "${1:-}" = ctest ] && [ $# -eq 1 ]; then
   want=ctest
@@ -34,7 +34,8 @@ CC=clang CXX=clang++ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DKVCHECK_C
     -DKVCHECK_BUILD_BENCHMARKS=OFF -DKVCHECK_SANITIZE=fuzzer-no-link,address,undefined > "$log" 2>&1 ||
   { cat "$log"; exit 1; }
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake --build "$dir" -j "$jobs" --target "${targets[@]/#/fuzz_}" >> "$log" 2>&1 ||
+# json_throughput: the strict JSON reader's linear-time check (fuzz.json.throughput), under the sanitizers too
+cmake --build "$dir" -j "$jobs" --target "${targets[@]/#/fuzz_}" json_throughput >> "$log" 2>&1 ||
   { tail -n 60 "$log"; echo "[fuzz] build FAILED (full log: $log)"; exit 1; }
 
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"

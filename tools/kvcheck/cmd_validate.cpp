@@ -41,6 +41,10 @@ void add_validate_commands(CLI::App& app, int& exit_code) {
                      "a plugin shared library (exports " KVC_ENTRY_SYMBOL ", " KVCM_ENTRY_SYMBOL " or both)")
         ->check(path_given());
     validate_cmd->add_option("--builtin", v.builtin, "a built-in implementation (kvcheck list), or 'all'");
+    validate_cmd->add_option("--connect", v.connect,
+                             "a command that starts a client process speaking the pipe protocol on its stdin and "
+                             "stdout (docs/protocol.md), e.g. 'python3 my_cache.py'; run by /bin/sh in each case "
+                             "process");
     validate_cmd->add_option("--level", v.level,
                              "which tables of the plugin run: auto (every one it exports), operation or model")
         ->check(CLI::IsMember({"auto", "operation", "model"}))
@@ -93,6 +97,7 @@ void add_validate_commands(CLI::App& app, int& exit_code) {
                      "a plugin shared library (exports " KVC_ENTRY_SYMBOL ", " KVCM_ENTRY_SYMBOL " or both)")
         ->check(path_given());
     replay_cmd->add_option("--builtin", r.builtin, "a built-in implementation (kvcheck list)");
+    replay_cmd->add_option("--connect", r.connect, "a client process's command (docs/protocol.md)");
     replay_cmd->add_option("--timeout", r.timeout, "seconds before TIMEOUT")
         ->check(CLI::Range(0.001, 1e6))
         ->capture_default_str();

@@ -49,5 +49,6 @@ void add_memory_command(CLI::App& app, int& exit_code);    // memory calculator
 void add_list_command(CLI::App& app, int& exit_code);      // properties, built-ins, capabilities
 void add_validate_commands(CLI::App& app, int& exit_code); // validate | replay (the harness runs them)
 void add_vectors_commands(CLI::App& app, int& exit_code);  // export | grade
+void add_serve_command(CLI::App& app, int& exit_code);     // serve-plugin (the pipe protocol's server side)
 
 } // namespace kvc::cli

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
     kvc::cli::add_list_command(app, exit_code);
     kvc::cli::add_validate_commands(app, exit_code);
     kvc::cli::add_vectors_commands(app, exit_code);
+    kvc::cli::add_serve_command(app, exit_code);
     decimal_numbers(app);
     if (const std::string unknown = unknown_subcommand(app, argc, argv); !unknown.empty()) {
         std::cerr << unknown << "\n";

@@ -5,6 +5,7 @@
 #include "kvcheck/model/model_target.hpp"
 
 #include "kvcheck/harness/builtins.hpp"
+#include "kvcheck/pipe/proxy.hpp"
 #include "kvcheck/properties/runner.hpp"
 
 #include <dlfcn.h>
@@ -26,6 +27,20 @@ void send(int fd, char tag, const prop::CaseResult& r) {
     write_all(fd, std::string(1, tag) + " " + dump_json(prop::to_json(r)) + "\n");
 }
 
+// --connect: a client that broke the protocol (crashed, hung, sent what is not a frame) decides the verdict, whatever
+// the property made of the failed call that noticed it. False when the connection is intact.
+bool pipe_broke(prop::CaseResult& r) {
+    const std::optional<pipe::Breakdown> b = pipe::breakdown();
+    if (!b) return false;
+    r.verdict = b->kind == pipe::Breakdown::Kind::Crash     ? Verdict::Crash
+                : b->kind == pipe::Breakdown::Kind::Timeout ? Verdict::Timeout
+                                                            : Verdict::Error;
+    r.reason = b->text;
+    r.failed_property.clear();
+    r.mismatch.reset();
+    return true;
+}
+
 int g_marker_fd = -1;
 
 // operator new's last resort under the memory limit: say so once, then let it throw std::bad_alloc.
@@ -38,6 +53,16 @@ void report_refused_allocation() {
 
 prop::Target load_in_child(const nlohmann::json& req) {
     if (req.contains("plugin")) return prop::load_plugin(req.at("plugin").get<std::string>());
+    if (req.contains("connect")) {
+        const std::string command = req.at("connect").get<std::string>();
+        try {
+            pipe::connect(command, req.at("reply_timeout").get<double>());
+        } catch (const pipe::ConnectError& e) {
+            if (e.misbehaved()) throw prop::PluginMisbehaved(e.what());
+            throw prop::LoadError(e.what());
+        }
+        return prop::target_from_entry(pipe::proxy_entry, "connect:" + command);
+    }
     const std::string name = req.at("builtin").get<std::string>();
     const Builtin* b = find_builtin(name);
     if (!b) throw prop::LoadError("unknown built-in \"" + name + "\"");
@@ -201,13 +226,18 @@ void run_request(const nlohmann::json& req, int fd) {
     }
     if (kind == "cases") { // a batch (--cases-per-process): each case evaluated as generated, never shrunk here
         const prop::RunSettings s = run_settings(req);
-        for (const nlohmann::json& item : req.at("items"))
-            send(fd, 'F', evaluate_generated(t, property_named(item), s, item.at("index").get<int>()));
+        for (const nlohmann::json& item : req.at("items")) {
+            prop::CaseResult r = evaluate_generated(t, property_named(item), s, item.at("index").get<int>());
+            const bool broke = pipe_broke(r);
+            send(fd, 'F', r);
+            if (broke) return; // the client is gone: the cases after this one go to a process of their own
+        }
         return;
     }
     const prop::Property* p = &property_named(req);
     if (kind == "replay") {
         prop::CaseResult r = prop::evaluate_case(t, *p, prop::case_from_json(req.at("case")));
+        pipe_broke(r);
         r.id = req.at("id").get<std::string>();
         r.seed = req.at("seed").get<uint64_t>();
         send(fd, 'F', r);
@@ -218,6 +248,7 @@ void run_request(const nlohmann::json& req, int fd) {
     const int index = req.at("index").get<int>();
     const std::string unshrunk_note = req.at("unshrunk_note").get<std::string>();
     prop::CaseResult first = evaluate_generated(t, *p, s, index);
+    pipe_broke(first);
     if (first.verdict != Verdict::Fail) {
         send(fd, 'F', first);
         return;
@@ -228,13 +259,18 @@ void run_request(const nlohmann::json& req, int fd) {
         return;
     }
     send(fd, 'P', first); // survives if shrinking crashes or hangs
-    send(fd, 'F', prop::shrink_case(t, *p, s, index, std::move(first)));
+    prop::CaseResult shrunk = prop::shrink_case(t, *p, s, index, std::move(first));
+    if (pipe::breakdown()) return; // the client broke while shrinking: the parent keeps the unshrunk failure
+    send(fd, 'F', shrunk);
 }
 
 nlohmann::json request_for(const Subject& s, const std::string& kind) {
     nlohmann::json req = {{"kind", kind}, {"memory_limit", s.memory_limit}};
     if (!s.plugin_file.empty()) req["plugin"] = s.plugin_file;
-    else req["builtin"] = s.builtin;
+    else if (!s.connect.empty()) {
+        req["connect"] = s.connect;
+        req["reply_timeout"] = s.reply_timeout;
+    } else req["builtin"] = s.builtin;
     return req;
 }
 

@@ -118,7 +118,7 @@ namespace kvc::harness {
 int replay(const ReplayOptions& o) {
     check_timeout(o.timeout);
     const ReplayDocument d = read_replay(o.file);
-    const std::vector<Subject> subjects = load_subjects(o.plugin, o.builtin, false, o.iso());
+    const std::vector<Subject> subjects = subjects_of(o.plugin, o.builtin, o.connect, false, o.iso());
     const Subject& subj = subjects[0];
     if (!subj.has(d.level))
         throw BadInput(o.file + " is a " + level_name(d.level) + "-level case, and " + subj.target.origin +

@@ -3,6 +3,7 @@
 #include "kvcheck/harness/child.hpp"
 #include "kvcheck/harness/errors.hpp"
 #include "kvcheck/harness/input_file.hpp"
+#include "kvcheck/strict_json.hpp"
 #include "kvcheck/harness/vocabulary.hpp"
 
 #include "kvcheck/harness/builtins.hpp"
@@ -39,7 +40,13 @@ Subject probe(Subject s, const IsolationOptions& o) {
     bool stray = false;
     std::istringstream lines(run.result);
     for (std::string line; std::getline(lines, line);) {
-        if (line.rfind("L ", 0) == 0 && !answer) answer = nlohmann::json::parse(line.substr(2), nullptr, false);
+        if (line.rfind("L ", 0) == 0 && !answer) {
+            try {
+                answer = json_strict::parse(line.substr(2));
+            } catch (const std::exception&) { // syntax, a duplicate key, limits: a probe answer not to be trusted
+                answer = nlohmann::json(nlohmann::json::value_t::discarded);
+            }
+        }
         else if (line != "M") stray = true;
     }
     if (run.end == ChildRun::End::Exited && run.code == kExecFailed)
@@ -182,7 +189,8 @@ std::string isolation_args(const IsolationOptions& o) {
 std::vector<Subject> load_subjects(const std::string& plugin, const std::string& builtin, bool allow_all,
                                    const IsolationOptions& o, std::vector<Skipped>* skipped) {
     if (plugin.empty() == builtin.empty())
-        throw BadInput("give exactly one of --plugin PATH or --builtin NAME (see kvcheck list for the built-ins)");
+        throw BadInput("give exactly one of --plugin PATH, --builtin NAME or --connect COMMAND (see kvcheck list for "
+                       "the built-ins)");
     std::vector<Subject> out;
     if (!plugin.empty()) {
         Subject s;
@@ -217,6 +225,28 @@ std::vector<Subject> load_subjects(const std::string& plugin, const std::string&
     if (!why.empty()) throw NotRunnable("built-in " + b->name + " cannot run on this machine: " + why);
     out.push_back(load_builtin(*b, o));
     return out;
+}
+
+std::vector<Subject> subjects_of(const std::string& plugin, const std::string& builtin, const std::string& connect,
+                                 bool allow_all, const IsolationOptions& o, std::vector<Skipped>* skipped) {
+    if (connect.empty()) return load_subjects(plugin, builtin, allow_all, o, skipped);
+    if (!plugin.empty() || !builtin.empty())
+        throw BadInput("give exactly one of --plugin PATH, --builtin NAME or --connect COMMAND");
+    return {load_connected(connect, o)};
+}
+
+Subject load_connected(const std::string& command, const IsolationOptions& o) {
+    if (command.find_first_not_of(" \t") == std::string::npos) throw BadInput("--connect: an empty command");
+    Subject s;
+    s.connect = command;
+    // A reply may take most of a case's time, never all of it: the proxy then names the request that hangs before
+    // the case's own timeout ends the process.
+    s.reply_timeout = 0.8 * o.timeout;
+    s.target.origin = "connect:" + command;
+    s.target_args = "--connect " + shell_quote(command);
+    s = probe(std::move(s), o);
+    s.label = s.target.name;
+    return s;
 }
 
 std::string subject_header(const Subject& s) {

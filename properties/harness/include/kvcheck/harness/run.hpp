@@ -14,6 +14,7 @@ namespace kvc::harness {
 
 struct ValidateOptions {
     std::string plugin, builtin;
+    std::string connect; // a client process's command (docs/protocol.md), instead of plugin or builtin
     std::string level = "auto"; // auto (every table the plugin exports), operation, model
     std::string profile = "full";
     int cases = 100;
@@ -33,6 +34,7 @@ int validate(const ValidateOptions& o);
 
 struct ReplayOptions {
     std::string file, plugin, builtin;
+    std::string connect;
     double timeout = 30;
     std::string isolation = "auto", memory_limit = "auto";
     IsolationOptions iso() const { return {isolation, memory_limit, timeout}; }

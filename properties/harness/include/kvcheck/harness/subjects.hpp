@@ -39,7 +39,9 @@ struct Subject {
     std::string label;       // short name for tables: the built-in's name, or the plugin's own name
     std::string target_args; // how to name it on a command line: "--builtin NAME" or "--plugin PATH"
     std::string plugin_file; // what a child dlopen()s, or
-    std::string builtin;     // the built-in a child takes
+    std::string builtin;     // the built-in a child takes, or
+    std::string connect;     // the command of a client process a child starts and talks to (docs/protocol.md)
+    double reply_timeout = 0; // --connect: seconds the proxy waits for one reply before the connection breaks
     Isolation isolation = Isolation::Fork;
     uint64_t memory_limit = 0;       // RLIMIT_AS of each case's child; 0: none
     bool memory_limit_asked = false; // given with --memory-limit, not the default
@@ -73,6 +75,14 @@ struct Skipped {
 // while loading: exit 4), NotRunnable (a single built-in that cannot run here: exit 5).
 std::vector<Subject> load_subjects(const std::string& plugin, const std::string& builtin, bool allow_all,
                                    const IsolationOptions& o, std::vector<Skipped>* skipped = nullptr);
+
+// load_subjects, or load_connected when `connect` is given (then plugin and builtin must not be).
+std::vector<Subject> subjects_of(const std::string& plugin, const std::string& builtin, const std::string& connect,
+                                 bool allow_all, const IsolationOptions& o, std::vector<Skipped>* skipped = nullptr);
+
+// --connect COMMAND: the client process a probe child starts, and what it declares over the pipe protocol. Throws
+// BadInput (it cannot serve this kvcheck) or PluginFailed (it crashed, hung or broke the protocol while connecting).
+Subject load_connected(const std::string& command, const IsolationOptions& o);
 
 // The lines printed before its cases run, and its entry in the JSON report (without counts).
 std::string subject_header(const Subject& s);

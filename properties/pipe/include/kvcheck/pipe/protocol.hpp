@@ -1,0 +1,109 @@
+// The pipe protocol (docs/protocol.md): how kvcheck talks to an implementation that runs as a separate process, over
+// that process's stdin and stdout. One request frame per ABI operation, one reply frame per request, little-endian,
+// arrays raw. This header holds what both sides must agree on: the frame header, the opcodes, the limits, and the
+// exact payload sizes, so that every length a peer sends is checked against the one it must be.
+#pragma once
+
+#include "kvcheck/abi.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kvc::pipe {
+
+// The protocol's version is the ABI's: a peer speaking 1.2 carries every field of ABI 1.2.
+constexpr uint32_t kProtocolMajor = KVC_ABI_VERSION_MAJOR;
+constexpr uint32_t kProtocolMinor = KVC_ABI_VERSION_MINOR;
+
+constexpr uint32_t kMagic = 0x5043564bu; // the bytes "KVCP" on the wire
+constexpr uint16_t kReplyBit = 0x8000u;  // a reply's opcode is its request's opcode with this bit set
+constexpr std::size_t kHeaderBytes = 16;
+
+// Hard limits on every length a peer sends. A frame is refused when its length exceeds the bound before a byte of
+// its payload is read.
+constexpr uint32_t kMaxPayloadBytes = 1u << 30;    // one frame's payload
+constexpr uint32_t kMaxMessageBytes = 4096;        // an error message
+constexpr uint32_t kMaxNameBytes = 64;             // the name and the version string, each NUL-padded to this
+constexpr uint32_t kMaxBatchSeqs = 1u << 16;       // sequences in one append_attend_batch
+
+enum Opcode : uint16_t {
+    kHello = 1,
+    kGetCaps = 2,
+    kCreate = 3,
+    kDestroy = 4,
+    kAppendAttend = 5,
+    kAppendAttendBatch = 6,
+    kReadKv = 7,
+    kReadKvScales = 8,
+    kSeqLength = 9,
+    kMemory = 10,
+    kFork = 11,
+    kRelease = 12,
+};
+const char* opcode_name(uint16_t op); // "append_attend", ...; "unknown" for anything else
+
+// The 16 bytes before every payload.
+struct Header {
+    uint32_t magic = kMagic;
+    uint16_t opcode = 0;
+    uint16_t reserved = 0; // 0
+    uint32_t seq = 0;      // the request's number; its reply repeats it
+    uint32_t length = 0;   // payload bytes after the header
+};
+void encode_header(const Header& h, unsigned char out[kHeaderBytes]);
+Header decode_header(const unsigned char in[kHeaderBytes]);
+
+// Every reply payload starts with these 16 bytes: the kvc_status, 0, and the peer's allocator reading (bytes it holds
+// from its allocator now, measured after the call; kNoReading when it does not measure). On a status other than
+// KVC_OK the rest is u32 message length + the message (at most kMaxMessageBytes).
+constexpr std::size_t kReplyPrefixBytes = 16;
+constexpr uint64_t kNoReading = ~uint64_t{0};
+
+// Fixed request sizes (before any array) and fixed reply body sizes (after the prefix).
+constexpr std::size_t kHelloRequestBytes = 8;       // u32 major, u32 minor
+constexpr std::size_t kHelloReplyBytes = 8 + 2 * kMaxNameBytes; // u32 major, minor, name, version
+constexpr std::size_t kCapsReplyBytes = 21 * 4;     // kvc_caps without struct_size, field by field
+constexpr std::size_t kConfigBytes = 14 * 4;        // kvc_config without struct_size and the scale pointers, + n_scales
+constexpr std::size_t kCacheRequestBytes = 8;       // u64 cache
+constexpr std::size_t kAppendRequestBytes = 24;     // u64 cache, u32 seq, layer, n_new, 0
+constexpr std::size_t kBatchRequestBytes = 16;      // u64 cache, u32 layer, n_seqs
+constexpr std::size_t kReadRequestBytes = 24;       // u64 cache, u32 seq, layer, pos, n
+constexpr std::size_t kSeqLengthRequestBytes = 16;  // u64 cache, u32 seq, layer
+constexpr std::size_t kPairRequestBytes = 16;       // u64 cache, u32 a, b (fork: parent, child; release: seq, 0)
+constexpr std::size_t kCreateReplyBytes = 8;        // u64 cache
+constexpr std::size_t kSeqLengthReplyBytes = 8;     // u32 length, 0
+constexpr std::size_t kMemoryReplyBytes = 40;       // u32 block_size, 0, u64 live, capacity, pool, workspace
+
+// What the server and the proxy both know of a cache once it is created: the shapes every array length follows from.
+struct Shape {
+    uint32_t n_layers = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, cache_dtype = 0, int8_scale_dtype = 0;
+    uint32_t max_seqs = 0, max_tokens = 0;
+};
+Shape shape_of(const kvc_config& c);
+// Bytes of q/out and of k/v for n tokens, of read_kv's k_out (or v_out) and read_kv_scales's for n rows. 64-bit:
+// the caller checks them against kMaxPayloadBytes.
+uint64_t q_bytes(const Shape& s, uint64_t n);
+uint64_t kv_bytes(const Shape& s, uint64_t n);
+uint64_t read_bytes(const Shape& s, uint64_t n);
+uint64_t scales_bytes(const Shape& s, uint64_t n);
+// How many f32 scales each of k_scales and v_scales carries for this config (0 for KVC_SCALE_NONE or a dtype that is
+// not fp8); UINT32_MAX for a scale mode that does not exist.
+uint32_t config_scale_count(const kvc_config& c);
+
+// Little-endian field access (the wire's byte order whatever the host's).
+void put_u32(unsigned char* p, uint32_t v);
+void put_u64(unsigned char* p, uint64_t v);
+uint32_t get_u32(const unsigned char* p);
+uint64_t get_u64(const unsigned char* p);
+void put_f32(unsigned char* p, float v);
+float get_f32(const unsigned char* p);
+
+// kvc_caps and kvc_config, field by field in abi.h's order (struct_size left out: the protocol's version fixes it).
+void encode_caps(const kvc_caps& c, unsigned char out[kCapsReplyBytes]);
+kvc_caps decode_caps(const unsigned char in[kCapsReplyBytes]);
+// The config's fixed part; n_scales is config_scale_count(c), the f32 arrays follow it on the wire.
+void encode_config(const kvc_config& c, uint32_t n_scales, unsigned char out[kConfigBytes]);
+kvc_config decode_config(const unsigned char in[kConfigBytes], uint32_t* n_scales);
+
+} // namespace kvc::pipe

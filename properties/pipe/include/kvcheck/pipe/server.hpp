@@ -1,0 +1,25 @@
+// The server side of the pipe protocol around any plugin table: what `kvcheck serve-plugin LIB.so` runs, so that every
+// plugin, the test doubles included, can be judged through the pipe route too (docs/protocol.md).
+#pragma once
+
+#include "kvcheck/abi.h"
+
+#include <functional>
+#include <string>
+
+namespace kvc::pipe {
+
+struct ServeOptions {
+    // The allocator reading each reply carries (bytes held from malloc now); empty: kNoReading.
+    std::function<uint64_t()> reading;
+    // Set when the table could not be made: hello is answered with KVC_ERR_UNSUPPORTED and this message, then the
+    // server ends (the proxy reports the words as a plugin that cannot be loaded).
+    std::string load_error;
+};
+
+// Serves requests from in_fd, replies to out_fd, until in_fd ends (0) or a frame breaks the protocol (2, the reason
+// on stderr). `caps` is what the table declared (checked by whoever loaded it). `api` may be null only with a
+// load_error.
+int serve(const kvc_plugin_api* api, const kvc_caps& caps, int in_fd, int out_fd, const ServeOptions& options);
+
+} // namespace kvc::pipe

@@ -1,0 +1,170 @@
+#include "kvcheck/pipe/protocol.hpp"
+
+#include <cstring>
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "arrays go on the wire as they lie in memory: the protocol is little-endian");
+
+namespace kvc::pipe {
+
+const char* opcode_name(uint16_t op) {
+    switch (op & ~kReplyBit) {
+    case kHello: return "hello";
+    case kGetCaps: return "get_caps";
+    case kCreate: return "create";
+    case kDestroy: return "destroy";
+    case kAppendAttend: return "append_attend";
+    case kAppendAttendBatch: return "append_attend_batch";
+    case kReadKv: return "read_kv";
+    case kReadKvScales: return "read_kv_scales";
+    case kSeqLength: return "seq_length";
+    case kMemory: return "memory";
+    case kFork: return "fork";
+    case kRelease: return "release";
+    }
+    return "unknown";
+}
+
+void put_u32(unsigned char* p, uint32_t v) {
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+void put_u64(unsigned char* p, uint64_t v) {
+    for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+uint32_t get_u32(const unsigned char* p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; --i) v = v << 8 | p[i];
+    return v;
+}
+uint64_t get_u64(const unsigned char* p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
+    return v;
+}
+void put_f32(unsigned char* p, float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    put_u32(p, bits);
+}
+float get_f32(const unsigned char* p) {
+    const uint32_t bits = get_u32(p);
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+
+void encode_header(const Header& h, unsigned char out[kHeaderBytes]) {
+    put_u32(out, h.magic);
+    out[4] = static_cast<unsigned char>(h.opcode);
+    out[5] = static_cast<unsigned char>(h.opcode >> 8);
+    out[6] = static_cast<unsigned char>(h.reserved);
+    out[7] = static_cast<unsigned char>(h.reserved >> 8);
+    put_u32(out + 8, h.seq);
+    put_u32(out + 12, h.length);
+}
+
+Header decode_header(const unsigned char in[kHeaderBytes]) {
+    Header h;
+    h.magic = get_u32(in);
+    h.opcode = static_cast<uint16_t>(in[4] | in[5] << 8);
+    h.reserved = static_cast<uint16_t>(in[6] | in[7] << 8);
+    h.seq = get_u32(in + 8);
+    h.length = get_u32(in + 12);
+    return h;
+}
+
+Shape shape_of(const kvc_config& c) {
+    Shape s;
+    s.n_layers = c.n_layers;
+    s.n_q_heads = c.n_q_heads;
+    s.n_kv_heads = c.n_kv_heads;
+    s.head_dim = c.head_dim;
+    s.cache_dtype = c.cache_dtype;
+    s.int8_scale_dtype = c.int8_scale_dtype;
+    s.max_seqs = c.max_seqs;
+    s.max_tokens = c.max_tokens;
+    return s;
+}
+
+// Products of u32 factors can pass 2^64 only with absurd shapes; saturate instead of wrapping so that a bound check
+// refuses them.
+static uint64_t mul(uint64_t a, uint64_t b) {
+    if (a != 0 && b > UINT64_MAX / a) return UINT64_MAX;
+    return a * b;
+}
+
+uint64_t q_bytes(const Shape& s, uint64_t n) { return mul(mul(mul(n, s.n_q_heads), s.head_dim), 4); }
+uint64_t kv_bytes(const Shape& s, uint64_t n) { return mul(mul(mul(n, s.n_kv_heads), s.head_dim), 4); }
+uint64_t read_bytes(const Shape& s, uint64_t n) {
+    return mul(mul(mul(n, s.n_kv_heads), s.head_dim), dtype_size(s.cache_dtype));
+}
+uint64_t scales_bytes(const Shape& s, uint64_t n) {
+    return mul(mul(mul(n, s.n_kv_heads), scales_per_head_row(s.cache_dtype, s.head_dim)),
+               scale_size(s.cache_dtype, s.int8_scale_dtype));
+}
+
+uint32_t config_scale_count(const kvc_config& c) {
+    if (!dtype_is_fp8(c.cache_dtype)) return 0;
+    switch (c.kv_scale_mode) {
+    case KVC_SCALE_NONE: return 0;
+    case KVC_SCALE_TENSOR: return c.n_layers;
+    case KVC_SCALE_KV_HEAD: {
+        const uint64_t n = uint64_t{c.n_layers} * c.n_kv_heads;
+        return n > UINT32_MAX - 1 ? UINT32_MAX : static_cast<uint32_t>(n);
+    }
+    }
+    return UINT32_MAX;
+}
+
+void encode_caps(const kvc_caps& c, unsigned char out[kCapsReplyBytes]) {
+    const uint32_t f[21] = {c.dtypes,          c.rope_variants,       c.features,         c.precision,
+                            c.memory_space,    c.max_layers,          c.max_q_heads,      c.max_kv_heads,
+                            c.max_head_dim,    c.max_seqs,            c.max_tokens,       c.head_dim_multiple,
+                            c.head_dim_multiple_rope, c.pipeline.q,   c.pipeline.rope,    c.pipeline.scores,
+                            c.pipeline.probs,  c.pipeline.accum,      c.pipeline.output,  c.pipeline.flags,
+                            c.quant};
+    for (int i = 0; i < 21; ++i) put_u32(out + 4 * i, f[i]);
+}
+
+kvc_caps decode_caps(const unsigned char in[kCapsReplyBytes]) {
+    kvc_caps c{};
+    c.struct_size = sizeof c;
+    uint32_t* f[21] = {&c.dtypes,          &c.rope_variants,     &c.features,        &c.precision,
+                       &c.memory_space,    &c.max_layers,        &c.max_q_heads,     &c.max_kv_heads,
+                       &c.max_head_dim,    &c.max_seqs,          &c.max_tokens,      &c.head_dim_multiple,
+                       &c.head_dim_multiple_rope, &c.pipeline.q, &c.pipeline.rope,   &c.pipeline.scores,
+                       &c.pipeline.probs,  &c.pipeline.accum,    &c.pipeline.output, &c.pipeline.flags,
+                       &c.quant};
+    for (int i = 0; i < 21; ++i) *f[i] = get_u32(in + 4 * i);
+    return c;
+}
+
+void encode_config(const kvc_config& c, uint32_t n_scales, unsigned char out[kConfigBytes]) {
+    const uint32_t f[7] = {c.n_layers, c.n_q_heads, c.n_kv_heads, c.head_dim, c.cache_dtype, c.max_seqs, c.max_tokens};
+    for (int i = 0; i < 7; ++i) put_u32(out + 4 * i, f[i]);
+    put_f32(out + 28, c.scale);
+    put_u32(out + 32, c.rope);
+    put_f32(out + 36, c.rope_theta);
+    put_u32(out + 40, c.block_size_hint);
+    put_u32(out + 44, c.kv_scale_mode);
+    put_u32(out + 48, c.int8_scale_dtype);
+    put_u32(out + 52, n_scales);
+}
+
+kvc_config decode_config(const unsigned char in[kConfigBytes], uint32_t* n_scales) {
+    kvc_config c{};
+    c.struct_size = sizeof c;
+    uint32_t* f[7] = {&c.n_layers, &c.n_q_heads, &c.n_kv_heads, &c.head_dim, &c.cache_dtype, &c.max_seqs,
+                      &c.max_tokens};
+    for (int i = 0; i < 7; ++i) *f[i] = get_u32(in + 4 * i);
+    c.scale = get_f32(in + 28);
+    c.rope = get_u32(in + 32);
+    c.rope_theta = get_f32(in + 36);
+    c.block_size_hint = get_u32(in + 40);
+    c.kv_scale_mode = get_u32(in + 44);
+    c.int8_scale_dtype = get_u32(in + 48);
+    *n_scales = get_u32(in + 52);
+    return c;
+}
+
+} // namespace kvc::pipe

@@ -1,0 +1,506 @@
+// The proxy table. All state is static and fixed in size: after connect() no call allocates from the malloc heap
+// except the mirror (below), so the case process's heap moves only when the client's does.
+//
+// The mirror: a client that reports its allocator reading in every reply (kvcheck serve-plugin does, from glibc's
+// own counters) has its growth reproduced in this process by one block resized to follow it. NO-Q's allocator watch,
+// which reads this process's heap around every call, then judges the client's memory with its unchanged rules.
+#include "kvcheck/pipe/proxy.hpp"
+
+#include "channel.hpp"
+#include "kvcheck/pipe/protocol.hpp"
+#include "kvcheck/properties/sanitizers.hpp"
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace kvc::pipe {
+namespace {
+
+constexpr int kMaxCaches = 256;
+constexpr std::size_t kTextBytes = kMaxMessageBytes + 512;
+// The mirror starts this large (address space only: an untouched malloc'ed block costs no memory), so that a client
+// whose reading falls below where it started is still followed down.
+constexpr uint64_t kMirrorBase = uint64_t{64} << 20;
+// A reading this far above the first one is not believed (a 64-bit value a client made up): the mirror stays put.
+constexpr int64_t kMirrorMaxGrowth = int64_t{1} << 40;
+
+struct Slot {
+    bool used = false;
+    uint64_t remote = 0;
+    Shape shape;
+    char error[kTextBytes] = "";
+};
+
+struct Connection {
+    Channel channel;
+    double timeout_s = 30;
+    uint32_t seq = 0;
+    kvc_plugin_api table{};
+    char name[kMaxNameBytes + 1] = "", version[kMaxNameBytes + 1] = "";
+    kvc_caps caps{};
+    bool mirrored = false; // the client's readings are followed (a process of ours, a heap watch that can see it)
+    bool broken = false;
+    Breakdown::Kind kind = Breakdown::Kind::Error;
+    char broken_text[kTextBytes] = "";
+    char create_error[kTextBytes] = "(no error)";
+    uint64_t baseline = kNoReading; // the client's first reading
+    void* mirror = nullptr;
+    Slot slots[kMaxCaches];
+};
+
+Connection& conn() {
+    static Connection c;
+    return c;
+}
+
+Slot* slot_of(kvc_cache* cache) {
+    Connection& c = conn();
+    auto* s = reinterpret_cast<Slot*>(cache);
+    if (s < c.slots || s >= c.slots + kMaxCaches || !s->used) return nullptr;
+    return s;
+}
+
+// snprintf into a fixed buffer, cutting what does not fit (messages are bounded on purpose).
+__attribute__((format(printf, 3, 4))) void say(char* dst, std::size_t cap, const char* fmt, ...) {
+    va_list a;
+    va_start(a, fmt);
+    std::vsnprintf(dst, cap, fmt, a);
+    va_end(a);
+}
+
+void set_text(char* dst, const char* src) { say(dst, kTextBytes, "%s", src); }
+
+// The connection breaks: the words name the request, and the client is killed so that nothing it does later counts.
+kvc_status fail(Breakdown::Kind kind, char* msg_out, const char* fmt, const char* op, uint32_t seq, const char* detail) {
+    Connection& c = conn();
+    say(c.broken_text, sizeof c.broken_text, fmt, op, seq, detail);
+    c.broken = true;
+    c.kind = kind;
+    c.channel.kill_client();
+    if (msg_out) set_text(msg_out, c.broken_text);
+    return KVC_ERR_INTERNAL;
+}
+
+void follow_reading(uint64_t reading) {
+    Connection& c = conn();
+    if (!c.mirrored || reading == kNoReading) return;
+    const int64_t delta = static_cast<int64_t>(reading - c.baseline);
+    if (delta > kMirrorMaxGrowth) return;
+    const int64_t size = static_cast<int64_t>(kMirrorBase) + delta;
+    const std::size_t want = size > 1 ? static_cast<std::size_t>(size) : 1;
+    if (void* p = std::realloc(c.mirror, want)) c.mirror = p;
+}
+
+// How the client ended, for a message: waits a little for it, since an EOF often comes just before the exit status.
+const char* ending(char* buf, std::size_t cap) {
+    conn().channel.describe_end(1.0, buf, cap);
+    return buf;
+}
+
+// One request and its reply. `req` holds the request's payload parts (the header is prepended here); `out` the
+// buffers the reply body goes into, `body` its exact length. Returns the client's status; on anything but KVC_OK
+// the message is in msg_out. *reading gets the client's allocator reading.
+kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iovec* out, int n_out, std::size_t body,
+                    char* msg_out, uint64_t* reading = nullptr) {
+    Connection& c = conn();
+    const char* name = opcode_name(op);
+    if (c.broken) {
+        if (msg_out) set_text(msg_out, c.broken_text);
+        return KVC_ERR_INTERNAL;
+    }
+    const uint32_t seq = ++c.seq;
+    char detail[kTextBytes];
+    unsigned char stray[64];
+    if (const std::size_t n = c.channel.unrequested(stray, sizeof stray)) {
+        char shown[3 * sizeof stray + 1] = "";
+        for (std::size_t i = 0; i < std::min(n, sizeof stray); ++i)
+            say(shown + 3 * i, 4, "%02x ", stray[i]);
+        say(detail, sizeof detail, "%zu byte(s) out of turn, before any request asked for them (%s...)", n,
+                      shown);
+        return fail(Breakdown::Kind::Error, msg_out,
+                    "the client broke the pipe protocol before %s (request #%u): it wrote %s", name, seq, detail);
+    }
+    std::size_t length = 0;
+    for (int i = 0; i < n_req; ++i) length += req[i].iov_len;
+    unsigned char head[kHeaderBytes];
+    Header h;
+    h.opcode = op;
+    h.seq = seq;
+    h.length = static_cast<uint32_t>(length);
+    encode_header(h, head);
+    struct iovec all[12];
+    all[0] = {head, kHeaderBytes};
+    for (int i = 0; i < n_req; ++i) all[i + 1] = req[i];
+    const IoEnd w = c.channel.write_all(all, n_req + 1, c.timeout_s);
+    if (w == IoEnd::TimedOut) {
+        say(detail, sizeof detail, "%g", c.timeout_s);
+        return fail(Breakdown::Kind::Timeout, msg_out,
+                    "the client did not read the request frame %s (request #%u) within %s s: it hangs", name, seq,
+                    detail);
+    }
+    if (w != IoEnd::Done) {
+        char how[256];
+        say(detail, sizeof detail, "%s (%s)", ending(how, sizeof how), std::strerror(c.channel.last_errno()));
+        return fail(Breakdown::Kind::Crash, msg_out,
+                    "the client process could not take the request frame %s (request #%u): it %s", name, seq, detail);
+    }
+    // The reply: header, then the 16-byte prefix, then the message or the body.
+    unsigned char rhead[kHeaderBytes + kReplyPrefixBytes];
+    std::size_t got = 0;
+    struct iovec hv{rhead, sizeof rhead};
+    const auto broke_reading = [&](IoEnd e, const char* part) {
+        char how[256];
+        if (e == IoEnd::TimedOut) {
+            say(detail, sizeof detail, "no %s within %g s (%zu byte(s) of it came): it hangs", part,
+                          c.timeout_s, got);
+            return fail(Breakdown::Kind::Timeout, msg_out, "the reply to %s (request #%u): %s", name, seq, detail);
+        }
+        if (got == 0 && std::strcmp(part, "header") == 0)
+            say(detail, sizeof detail, "the client process %s before it replied", ending(how, sizeof how));
+        else
+            say(detail, sizeof detail, "the client process %s after %zu byte(s) of the %s (a short frame)",
+                ending(how, sizeof how), got, part);
+        return fail(Breakdown::Kind::Crash, msg_out, "the reply to %s (request #%u): %s", name, seq, detail);
+    };
+    IoEnd r = c.channel.read_exact(&hv, 1, sizeof rhead, c.timeout_s, &got);
+    if (r != IoEnd::Done) return broke_reading(r, "header");
+    const Header rh = decode_header(rhead);
+    const uint32_t status = get_u32(rhead + kHeaderBytes);
+    const uint32_t zero = get_u32(rhead + kHeaderBytes + 4);
+    const uint64_t rd = get_u64(rhead + kHeaderBytes + 8);
+    const auto bad = [&](const char* what_fmt, unsigned long long a, unsigned long long b) {
+        say(detail, sizeof detail, what_fmt, a, b);
+        return fail(Breakdown::Kind::Error, msg_out, "bad reply frame to %s (request #%u): %s", name, seq, detail);
+    };
+    if (rh.magic != kMagic) return bad("magic 0x%08llx where the frame must start with 0x%08llx (\"KVCP\")", rh.magic, kMagic);
+    if (rh.opcode != (op | kReplyBit)) return bad("opcode 0x%04llx, expected 0x%04llx", rh.opcode, op | kReplyBit);
+    if (rh.reserved != 0 || zero != 0) return bad("reserved fields %llu and %llu are not 0", rh.reserved, zero);
+    if (rh.seq != seq) return bad("request number %llu, expected %llu", rh.seq, seq);
+    if (rh.length < kReplyPrefixBytes) return bad("length %llu, shorter than the %llu-byte reply prefix", rh.length, kReplyPrefixBytes);
+    if (status > KVC_ERR_INTERNAL) return bad("status %llu, not a kvc_status (0..%llu)", status, KVC_ERR_INTERNAL);
+    if (status != KVC_OK) {
+        unsigned char len4[4];
+        struct iovec lv{len4, 4};
+        if (rh.length < kReplyPrefixBytes + 4) return bad("length %llu: an error reply needs at least %llu", rh.length, kReplyPrefixBytes + 4);
+        r = c.channel.read_exact(&lv, 1, 4, c.timeout_s, &got);
+        if (r != IoEnd::Done) return broke_reading(r, "error message length");
+        const uint32_t n = get_u32(len4);
+        if (n > kMaxMessageBytes) return bad("error message of %llu bytes (at most %llu)", n, kMaxMessageBytes);
+        if (rh.length != kReplyPrefixBytes + 4 + n)
+            return bad("length %llu, but an error reply with its message is %llu bytes", rh.length, kReplyPrefixBytes + 4 + n);
+        char text[kMaxMessageBytes + 1];
+        struct iovec tv{text, n};
+        r = c.channel.read_exact(&tv, 1, n, c.timeout_s, &got);
+        if (r != IoEnd::Done) return broke_reading(r, "error message");
+        text[n] = 0;
+        for (uint32_t i = 0; i < n; ++i)
+            if (text[i] == 0) text[i] = ' ';
+        if (msg_out) set_text(msg_out, text);
+        if (reading) *reading = rd;
+        follow_reading(rd);
+        return static_cast<kvc_status>(status);
+    }
+    if (rh.length != kReplyPrefixBytes + body)
+        return bad("length %llu, but this reply is exactly %llu bytes", rh.length, kReplyPrefixBytes + body);
+    r = c.channel.read_exact(out, n_out, body, c.timeout_s, &got);
+    if (r != IoEnd::Done) return broke_reading(r, "body");
+    if (reading) *reading = rd;
+    follow_reading(rd);
+    return KVC_OK;
+}
+
+// ---- the table --------------------------------------------------------------------------------------------------
+
+void p_get_caps(kvc_caps* out) {
+    const uint32_t size = out->struct_size < sizeof(kvc_caps) ? out->struct_size : sizeof(kvc_caps);
+    kvc_caps c = conn().caps;
+    c.struct_size = out->struct_size;
+    std::memcpy(out, &c, size);
+}
+
+kvc_status p_create(const kvc_config* config, kvc_cache** out) {
+    Connection& c = conn();
+    Slot* s = nullptr;
+    for (Slot& x : c.slots)
+        if (!x.used) {
+            s = &x;
+            break;
+        }
+    if (!s) {
+        set_text(c.create_error, "kvcheck's pipe proxy holds at most 256 caches at once");
+        return KVC_ERR_OUT_OF_MEMORY;
+    }
+    uint32_t n_scales = config_scale_count(*config);
+    if (n_scales == UINT32_MAX || !config->k_scales || !config->v_scales) n_scales = 0;
+    if (uint64_t{n_scales} * 8 > kMaxPayloadBytes / 2) {
+        set_text(c.create_error, "the config's scale arrays are too large for one frame");
+        return KVC_ERR_INVALID_ARGUMENT;
+    }
+    unsigned char fixed[kConfigBytes];
+    encode_config(*config, n_scales, fixed);
+    struct iovec req[3] = {{fixed, sizeof fixed},
+                           {const_cast<float*>(config->k_scales), n_scales * 4u},
+                           {const_cast<float*>(config->v_scales), n_scales * 4u}};
+    unsigned char handle[kCreateReplyBytes];
+    struct iovec rep{handle, sizeof handle};
+    const kvc_status st = transact(kCreate, req, 3, &rep, 1, sizeof handle, c.create_error);
+    if (st != KVC_OK) return st;
+    s->used = true;
+    s->remote = get_u64(handle);
+    s->shape = shape_of(*config);
+    set_text(s->error, "(no error)");
+    *out = reinterpret_cast<kvc_cache*>(s);
+    return KVC_OK;
+}
+
+void p_destroy(kvc_cache* cache) {
+    Slot* s = slot_of(cache);
+    if (!s) return;
+    unsigned char b[kCacheRequestBytes];
+    put_u64(b, s->remote);
+    struct iovec req{b, sizeof b};
+    transact(kDestroy, &req, 1, nullptr, 0, 0, nullptr);
+    s->used = false;
+}
+
+const char* p_last_error(const kvc_cache* cache) {
+    Slot* s = slot_of(const_cast<kvc_cache*>(cache));
+    return s ? s->error : conn().create_error;
+}
+
+// The request of a call on one cache: u64 cache then u32 fields.
+struct Fields {
+    unsigned char b[32];
+    std::size_t n = 8;
+    explicit Fields(uint64_t remote) { put_u64(b, remote); }
+    Fields& u32(uint32_t v) {
+        put_u32(b + n, v);
+        n += 4;
+        return *this;
+    }
+};
+
+kvc_status too_large(Slot* s, const char* op) {
+    say(s->error, sizeof s->error, "%s: the arrays are too large for one pipe frame (1 GiB)", op);
+    return KVC_ERR_INVALID_ARGUMENT;
+}
+
+kvc_status p_append_attend(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t n_new, const float* q,
+                           const float* k, const float* v, float* out) {
+    Slot* s = slot_of(cache);
+    if (!s) return KVC_ERR_INVALID_ARGUMENT;
+    const uint64_t qb = q_bytes(s->shape, n_new), kb = kv_bytes(s->shape, n_new);
+    if (qb + 2 * kb > kMaxPayloadBytes) return too_large(s, "append_attend");
+    Fields f(s->remote);
+    f.u32(seq).u32(layer).u32(n_new).u32(0);
+    struct iovec req[4] = {{f.b, f.n}, {const_cast<float*>(q), qb}, {const_cast<float*>(k), kb},
+                           {const_cast<float*>(v), kb}};
+    struct iovec rep{out, qb};
+    return transact(kAppendAttend, req, 4, &rep, 1, qb, s->error);
+}
+
+kvc_status p_append_attend_batch(kvc_cache* cache, uint32_t layer, const kvc_batch* batch) {
+    Slot* s = slot_of(cache);
+    if (!s) return KVC_ERR_INVALID_ARGUMENT;
+    if (batch->n_seqs > kMaxBatchSeqs) return too_large(s, "append_attend_batch");
+    const uint32_t total = batch->token_offsets[batch->n_seqs];
+    const uint64_t qb = q_bytes(s->shape, total), kb = kv_bytes(s->shape, total);
+    const uint64_t ids = uint64_t{batch->n_seqs} * 4, offs = (uint64_t{batch->n_seqs} + 1) * 4;
+    if (qb + 2 * kb + ids + offs > kMaxPayloadBytes) return too_large(s, "append_attend_batch");
+    Fields f(s->remote);
+    f.u32(layer).u32(batch->n_seqs);
+    struct iovec req[6] = {{f.b, f.n},
+                           {const_cast<uint32_t*>(batch->seq_ids), ids},
+                           {const_cast<uint32_t*>(batch->token_offsets), offs},
+                           {const_cast<float*>(batch->q), qb},
+                           {const_cast<float*>(batch->k), kb},
+                           {const_cast<float*>(batch->v), kb}};
+    struct iovec rep{batch->out, qb};
+    return transact(kAppendAttendBatch, req, 6, &rep, 1, qb, s->error);
+}
+
+kvc_status read_pair(uint16_t op, kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n,
+                     void* k_out, void* v_out) {
+    Slot* s = slot_of(cache);
+    if (!s) return KVC_ERR_INVALID_ARGUMENT;
+    const uint64_t each = op == kReadKv ? read_bytes(s->shape, n) : scales_bytes(s->shape, n);
+    if (2 * each > kMaxPayloadBytes) return too_large(s, opcode_name(op));
+    Fields f(s->remote);
+    f.u32(seq).u32(layer).u32(pos).u32(n);
+    struct iovec req{f.b, f.n};
+    struct iovec rep[2] = {{k_out, each}, {v_out, each}};
+    return transact(op, &req, 1, rep, 2, 2 * each, s->error);
+}
+
+kvc_status p_read_kv(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out,
+                     void* v_out) {
+    return read_pair(kReadKv, cache, seq, layer, pos, n, k_out, v_out);
+}
+
+kvc_status p_read_kv_scales(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out,
+                            void* v_out) {
+    return read_pair(kReadKvScales, cache, seq, layer, pos, n, k_out, v_out);
+}
+
+kvc_status p_seq_length(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t* length) {
+    Slot* s = slot_of(cache);
+    if (!s) return KVC_ERR_INVALID_ARGUMENT;
+    Fields f(s->remote);
+    f.u32(seq).u32(layer);
+    struct iovec req{f.b, f.n};
+    unsigned char b[kSeqLengthReplyBytes];
+    struct iovec rep{b, sizeof b};
+    const kvc_status st = transact(kSeqLength, &req, 1, &rep, 1, sizeof b, s->error);
+    if (st == KVC_OK) *length = get_u32(b);
+    return st;
+}
+
+kvc_status p_memory(kvc_cache* cache, kvc_memory* out) {
+    Slot* s = slot_of(cache);
+    if (!s) return KVC_ERR_INVALID_ARGUMENT;
+    Fields f(s->remote);
+    struct iovec req{f.b, f.n};
+    unsigned char b[kMemoryReplyBytes];
+    struct iovec rep{b, sizeof b};
+    const kvc_status st = transact(kMemory, &req, 1, &rep, 1, sizeof b, s->error);
+    if (st != KVC_OK) return st;
+    kvc_memory m{};
+    m.struct_size = out->struct_size;
+    m.block_size = get_u32(b);
+    m.live_bytes = get_u64(b + 8);
+    m.capacity_bytes = get_u64(b + 16);
+    m.pool_bytes = get_u64(b + 24);
+    m.workspace_bytes = get_u64(b + 32);
+    std::memcpy(out, &m, out->struct_size < sizeof m ? out->struct_size : sizeof m);
+    return KVC_OK;
+}
+
+kvc_status pair_call(uint16_t op, kvc_cache* cache, uint32_t a, uint32_t b) {
+    Slot* s = slot_of(cache);
+    if (!s) return KVC_ERR_INVALID_ARGUMENT;
+    Fields f(s->remote);
+    f.u32(a).u32(b);
+    struct iovec req{f.b, f.n};
+    return transact(op, &req, 1, nullptr, 0, 0, s->error);
+}
+
+kvc_status p_fork(kvc_cache* cache, uint32_t parent, uint32_t child) { return pair_call(kFork, cache, parent, child); }
+kvc_status p_release(kvc_cache* cache, uint32_t seq) { return pair_call(kRelease, cache, seq, 0); }
+
+[[noreturn]] void refuse(const std::string& what, bool misbehaved) {
+    conn().channel.kill_client();
+    throw ConnectError(what, misbehaved);
+}
+
+} // namespace
+
+namespace {
+
+void handshake(const std::string& command);
+
+} // namespace
+
+void connect(const std::string& command, double reply_timeout_s) {
+    Connection& c = conn();
+    if (c.channel.started()) throw ConnectError("kvcheck's pipe proxy is connected already", false);
+    c.timeout_s = reply_timeout_s;
+    c.channel.start(command);
+    // Under AddressSanitizer the heap watch is blind (heap.hpp) and a resized block is copied each time: no mirror.
+    c.mirrored = !prop::kBuiltWithAddressSanitizer;
+    handshake(command);
+}
+
+void connect_fds(int to_client, int from_client, double reply_timeout_s) {
+    Connection& c = conn();
+    if (c.channel.started()) throw ConnectError("kvcheck's pipe proxy is connected already", false);
+    c.timeout_s = reply_timeout_s;
+    c.channel.attach(to_client, from_client);
+    handshake("descriptors");
+}
+
+void reset() {
+    Connection& c = conn();
+    c.channel.kill_client();
+    std::free(c.mirror);
+    c.~Connection();
+    new (&c) Connection();
+}
+
+namespace {
+
+void handshake(const std::string& command) {
+    Connection& c = conn();
+    char msg[kTextBytes] = "";
+    const auto failed = [&](kvc_status st, const char* step) {
+        if (c.broken) refuse(std::string("the client (") + command + ") broke off " + step + ": " + c.broken_text, true);
+        refuse(std::string("the client (") + command + ") refused " + step + " (" + status_name(st) + "): " + msg,
+               false);
+    };
+    unsigned char hello[kHelloRequestBytes];
+    put_u32(hello, kProtocolMajor);
+    put_u32(hello + 4, kProtocolMinor);
+    struct iovec req{hello, sizeof hello};
+    unsigned char h[kHelloReplyBytes];
+    struct iovec rep{h, sizeof h};
+    uint64_t reading = kNoReading;
+    kvc_status st = transact(kHello, &req, 1, &rep, 1, sizeof h, msg, &reading);
+    if (st != KVC_OK) failed(st, "the handshake");
+    const uint32_t major = get_u32(h), minor = get_u32(h + 4);
+    if (major != kProtocolMajor)
+        refuse("the client (" + command + ") speaks protocol " + std::to_string(major) + "." + std::to_string(minor) +
+                   ", this kvcheck speaks " + std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor) +
+                   " (major versions are incompatible)",
+               false);
+    std::memcpy(c.name, h + 8, kMaxNameBytes);
+    std::memcpy(c.version, h + 8 + kMaxNameBytes, kMaxNameBytes);
+    c.name[kMaxNameBytes] = c.version[kMaxNameBytes] = 0;
+    unsigned char caps[kCapsReplyBytes];
+    struct iovec crep{caps, sizeof caps};
+    st = transact(kGetCaps, nullptr, 0, &crep, 1, sizeof caps, msg, &reading);
+    if (st != KVC_OK) failed(st, "get_caps");
+    c.caps = decode_caps(caps);
+    // The mirror starts at its base before any call is judged; from here it follows the client's reading.
+    c.baseline = reading;
+    c.mirrored = c.mirrored && reading != kNoReading;
+    if (c.mirrored) c.mirror = std::malloc(kMirrorBase);
+    kvc_plugin_api& t = c.table;
+    t.struct_size = sizeof t;
+    t.abi_major = KVC_ABI_VERSION_MAJOR;
+    t.abi_minor = minor < KVC_ABI_VERSION_MINOR ? minor : KVC_ABI_VERSION_MINOR;
+    t.name = c.name;
+    t.version = c.version;
+    t.get_caps = p_get_caps;
+    t.create = p_create;
+    t.destroy = p_destroy;
+    t.last_error = p_last_error;
+    t.append_attend = p_append_attend;
+    t.append_attend_batch = p_append_attend_batch;
+    t.read_kv = p_read_kv;
+    t.seq_length = p_seq_length;
+    t.memory = p_memory;
+    t.fork = p_fork;
+    t.release = p_release;
+    t.read_kv_scales = p_read_kv_scales;
+}
+
+} // namespace
+
+const kvc_plugin_api* proxy_entry(uint32_t, uint32_t) {
+    return conn().channel.started() ? &conn().table : nullptr;
+}
+
+std::optional<Breakdown> breakdown() {
+    const Connection& c = conn();
+    if (!c.broken) return std::nullopt;
+    return Breakdown{c.kind, c.broken_text};
+}
+
+void disconnect() {
+    Connection& c = conn();
+    c.channel.close_and_wait(1.0);
+}
+
+} // namespace kvc::pipe

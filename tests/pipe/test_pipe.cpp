@@ -1,0 +1,141 @@
+// The pipe route end to end (docs/protocol.md): the built kvcheck judging plugins through `--connect "kvcheck
+// serve-plugin LIB.so"` exactly as through `--plugin LIB.so`, and clients that break the protocol getting a verdict
+// that names the request, never a harness crash or hang.
+#include "../cli/cli_rig.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+namespace {
+
+using namespace kvc::cli_test;
+
+const fs::path kWork = KVC_PIPE_WORK_DIR;
+const std::string kKvcheck = KVC_CLI_BINARY;
+const std::string kLib = KVC_LIB_DIR;
+
+// Per property of the report's one implementation: the verdict counts, as JSON text.
+std::map<std::string, std::string> counts_by_property(const fs::path& report) {
+    const nlohmann::json j = nlohmann::json::parse(read_file(report));
+    std::map<std::string, std::string> out;
+    for (const auto& p : j.at("implementations").at(0).at("properties")) out[p.at("id")] = p.at("counts").dump();
+    return out;
+}
+
+std::string serve(const std::string& lib) { return kKvcheck + " serve-plugin " + kLib + "/" + lib; }
+
+class Parity : public ::testing::TestWithParam<std::string> {};
+
+// Every property gives the same verdict counts through the plugin route and through the pipe route.
+TEST_P(Parity, SameVerdictsThroughPluginAndPipe) {
+    const fs::path dir = fresh_test_dir(kWork, "parity_");
+    const std::string lib = GetParam();
+    const std::string common = " --profile core --cases 6 --timeout 20";
+    const Outcome a = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) + common +
+                                           " --report plugin.json --counterexamples ce-plugin");
+    const Outcome b = run_kvcheck(dir, "validate --connect " + quote(serve(lib)) + common +
+                                           " --report pipe.json --counterexamples ce-pipe");
+    ASSERT_TRUE(a.rc == 0 || a.rc == 1) << a.all();
+    EXPECT_EQ(a.rc, b.rc) << b.all();
+    EXPECT_EQ(counts_by_property(dir / "plugin.json"), counts_by_property(dir / "pipe.json")) << b.all();
+}
+
+INSTANTIATE_TEST_SUITE_P(Doubles, Parity,
+                         ::testing::Values("libkvcheck_example.so", "libkvcheck_double_correct.so",
+                                           "libkvcheck_double_q_keeper.so", "libkvcheck_double_q_hoarder.so",
+                                           "libkvcheck_double_skip_self.so", "libkvcheck_double_rewriter.so",
+                                           "libkvcheck_double_misreport.so", "libkvcheck_double_crash.so"),
+                         [](const auto& info) {
+                             std::string n = info.param.substr(3, info.param.size() - 6);
+                             for (char& c : n)
+                                 if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                             return n;
+                         });
+
+// A failure found through the pipe is shrunk, written as a replay file, and the replay command reproduces it.
+TEST(Pipe, ReplayReproducesAFailureThroughThePipe) {
+    const fs::path dir = fresh_test_dir(kWork);
+    const std::string connect = quote(serve("libkvcheck_double_skip_self.so"));
+    const Outcome v = run_kvcheck(dir, "validate --connect " + connect + " --profile core --cases 3 --filter EQUIV");
+    ASSERT_EQ(v.rc, 1) << v.all();
+    EXPECT_NE(v.out.find("kvcheck replay"), std::string::npos) << v.out;
+    EXPECT_NE(v.out.find("--connect"), std::string::npos) << v.out;
+    bool replayed = false;
+    for (const auto& f : fs::directory_iterator(dir / "kvcheck-counterexamples")) {
+        const Outcome r = run_kvcheck(dir, "replay " + quote(f.path().string()) + " --connect " + connect);
+        EXPECT_EQ(r.rc, 1) << r.all();
+        EXPECT_NE(r.out.find("verdict: FAIL"), std::string::npos) << r.out;
+        replayed = true;
+        break;
+    }
+    EXPECT_TRUE(replayed);
+}
+
+struct Broken {
+    const char* mode;
+    const char* verdict; // in the verdict table's EQUIV row: the column that must count the cases
+    const char* words;   // in the reason
+};
+
+void PrintTo(const Broken& b, std::ostream* os) { *os << b.mode; }
+
+class BrokenClient : public ::testing::TestWithParam<Broken> {};
+
+// A client that breaks the protocol at its first append_attend: the verdict and the words that name the request.
+TEST_P(BrokenClient, GetsAVerdictNamingTheRequest) {
+    const Broken b = GetParam();
+    const fs::path dir = fresh_test_dir(kWork, std::string("broken_") + b.mode + "_");
+    const Outcome o = run_kvcheck(dir, "validate --connect " + quote(std::string(KVC_BAD_CLIENT) + " " + b.mode) +
+                                           " --profile core --cases 1 --filter EQUIV --timeout 2 --report r.json");
+    ASSERT_EQ(o.rc, 1) << o.all();
+    const nlohmann::json j = nlohmann::json::parse(read_file(dir / "r.json"));
+    const auto& c = j.at("implementations").at(0).at("cases").at(0);
+    EXPECT_EQ(c.at("verdict").get<std::string>(), b.verdict) << c.dump();
+    EXPECT_NE(c.at("reason").get<std::string>().find(b.words), std::string::npos) << c.dump();
+    EXPECT_NE(c.at("reason").get<std::string>().find("append_attend"), std::string::npos) << c.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, BrokenClient,
+    ::testing::Values(Broken{"crash", "CRASH", "signal 11"}, Broken{"exit", "CRASH", "exited with status 0"},
+                      Broken{"short", "CRASH", "a short frame"}, Broken{"hang", "TIMEOUT", "it hangs"},
+                      Broken{"oversized", "ERROR", "length 3221225472"}, Broken{"wrong_length", "ERROR", "exactly"},
+                      Broken{"wrong_seq", "ERROR", "request number"}, Broken{"bad_status", "ERROR", "status 99"},
+                      Broken{"long_message", "ERROR", "error message of 100000 bytes"},
+                      Broken{"garbage", "ERROR", "magic 0x5a5a5a5a"}),
+    [](const auto& info) { return std::string(info.param.mode); });
+
+// Bytes written with no request outstanding break the protocol at the next request, which the reason names.
+TEST(Pipe, BytesOutOfTurnAreAnError) {
+    const fs::path dir = fresh_test_dir(kWork);
+    const Outcome o = run_kvcheck(dir, "validate --connect " + quote(std::string(KVC_BAD_CLIENT) + " out_of_turn") +
+                                           " --profile core --cases 1 --filter EQUIV --report r.json");
+    ASSERT_EQ(o.rc, 1) << o.all();
+    const std::string reason =
+        nlohmann::json::parse(read_file(dir / "r.json")).at("implementations").at(0).at("cases").at(0).at("reason");
+    EXPECT_NE(reason.find("out of turn"), std::string::npos) << reason;
+}
+
+// A client that cannot complete the handshake stops the run before any case, with its words (exit 4), and one that
+// speaks another major version is refused as bad input (exit 2).
+TEST(Pipe, HandshakeFailures) {
+    const fs::path dir = fresh_test_dir(kWork);
+    const Outcome exited = run_kvcheck(dir, "validate --connect " + quote(std::string(KVC_BAD_CLIENT) + " exit_at_hello"));
+    EXPECT_EQ(exited.rc, 4) << exited.all();
+    EXPECT_NE(exited.err.find("exited with status 3"), std::string::npos) << exited.err;
+    const Outcome garbage =
+        run_kvcheck(dir, "validate --connect " + quote(std::string(KVC_BAD_CLIENT) + " garbage_at_hello"));
+    EXPECT_EQ(garbage.rc, 4) << garbage.all();
+    EXPECT_NE(garbage.err.find("bad reply frame to hello"), std::string::npos) << garbage.err;
+    const Outcome major = run_kvcheck(dir, "validate --connect " + quote(std::string(KVC_BAD_CLIENT) + " major_2"));
+    EXPECT_EQ(major.rc, 2) << major.all();
+    EXPECT_NE(major.err.find("protocol 2.0"), std::string::npos) << major.err;
+    const Outcome missing = run_kvcheck(dir, "validate --connect " + quote(serve("no-such-plugin.so")));
+    EXPECT_EQ(missing.rc, 2) << missing.all();
+    EXPECT_NE(missing.err.find("cannot open the file"), std::string::npos) << missing.err;
+    const Outcome both = run_kvcheck(dir, "validate --builtin example --connect true");
+    EXPECT_EQ(both.rc, 2) << both.all();
+}
+
+} // namespace
