@@ -18,7 +18,7 @@ struct CudaOps {
     using Engine = kvc::cuda::Engine;
     static constexpr uint32_t kMemorySpace = KVC_MEMORY_DEVICE;
     static constexpr uint32_t kMaxHeadDim = kvc::cuda::kMaxHeadDim;
-    static constexpr bool kQuantized = false; // fp8/int8 caches: the CPU engine only (UNSUPPORTED at create)
+    static constexpr bool kQuantized = true; // fp8, int8 per token and q8_0 caches (ABI 1.2), with read_kv_scales
     static constexpr const char* kCreateFailed = "create: host allocation failed";
 
     // No exception crosses the ABI; a failed allocation on the host is OUT_OF_MEMORY, like on the device.

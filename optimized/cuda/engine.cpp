@@ -4,6 +4,8 @@
 #include "engine.hpp"
 
 #include "kernels.hpp"
+#include "kvcheck/abi.hpp"
+#include "kvcheck/optimized/quant_math.hpp"
 #include "kvcheck/optimized/rope_math.hpp"
 
 #include <algorithm>
@@ -85,20 +87,35 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, kvc_status* status, 
         if (error) *error = why;
         return nullptr;
     };
-    if (const std::string why = unavailable_reason(); !why.empty()) return refuse(KVC_ERR_UNSUPPORTED, why);
-    // the CPU engine's checks (abi_checks.hpp, shared)
-    if (const opt::Refusal r = opt::check_config(c, kMaxHeadDim, kMaxCount); r.refused())
+    // the CPU engine's checks (abi_checks.hpp, shared), the quantized dtypes' included; before the device is asked
+    // for, so that a config is judged the same with or without one
+    if (const opt::Refusal r = opt::check_config(c, kMaxHeadDim, kMaxCount, /*quantized=*/true); r.refused())
         return refuse(r.status, r.message);
+    if (const std::string why = unavailable_reason(); !why.empty()) return refuse(KVC_ERR_UNSUPPORTED, why);
 
     std::unique_ptr<Engine> e(new (std::nothrow) Engine());
     if (!e) return refuse(KVC_ERR_OUT_OF_MEMORY, "allocation failed");
     e->cfg_ = c;
     e->block_size_ = c.block_size_hint == 0 ? kDefaultBlockSize : std::min(c.block_size_hint, kMaxBlockSize);
     e->cfg_.block_size_hint = e->block_size_;
-    e->elem_bytes_ = c.cache_dtype == KVC_DTYPE_F32 ? 4 : 2;
+    e->elem_bytes_ = static_cast<uint32_t>(kvc::dtype_size(c.cache_dtype));
     e->group_ = c.n_q_heads / c.n_kv_heads;
     e->max_tokens_ = c.max_tokens == 0 ? UINT32_MAX : c.max_tokens;
-    e->geometry_ = kvc_kv_layout_make(e->block_size_, c.n_kv_heads, c.head_dim, e->elem_bytes_);
+    e->quantized_ = opt::math::is_quantized(c.cache_dtype);
+    e->f16_scale_ = c.cache_dtype == KVC_DTYPE_INT8_TOKEN && c.int8_scale_dtype == KVC_DTYPE_F16;
+    e->geometry_ = kvc_kv_layout_make_scaled(e->block_size_, c.n_kv_heads, c.head_dim, e->elem_bytes_,
+                                             opt::math::row_scale_bytes(c.cache_dtype, c.head_dim, e->f16_scale_));
+    if (opt::math::is_fp8(c.cache_dtype)) { // one scale per (layer, KV head), whatever the mode
+        const uint64_t n = static_cast<uint64_t>(c.n_layers) * c.n_kv_heads;
+        e->k_scales_.assign(n, 1.0f);
+        e->v_scales_.assign(n, 1.0f);
+        for (uint64_t i = 0; i < n && c.kv_scale_mode != KVC_SCALE_NONE; ++i) {
+            const uint64_t from = c.kv_scale_mode == KVC_SCALE_KV_HEAD ? i : i / c.n_kv_heads;
+            e->k_scales_[i] = c.k_scales[from];
+            e->v_scales_[i] = c.v_scales[from];
+        }
+        e->cfg_.k_scales = e->cfg_.v_scales = nullptr; // the harness's arrays: not kept past create
+    }
     auto cuda_refuse = [&](cudaError_t err, const char* what) {
         return refuse(err == cudaErrorMemoryAllocation ? KVC_ERR_OUT_OF_MEMORY : KVC_ERR_INTERNAL,
                       std::string(what) + ": " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")");
@@ -117,6 +134,16 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, kvc_status* status, 
         if ((err = cudaMemcpy(e->inv_freq_, f.data(), f.size() * sizeof(double), cudaMemcpyHostToDevice)) != cudaSuccess)
             return cuda_refuse(err, "RoPE frequencies");
     }
+    if (!e->k_scales_.empty()) {
+        const uint64_t n = e->k_scales_.size();
+        if ((err = cudaMalloc(&e->fp8_scales_, 2 * n * sizeof(float))) != cudaSuccess)
+            return cuda_refuse(err, "fp8 scales");
+        if ((err = cudaMemcpy(e->fp8_scales_, e->k_scales_.data(), n * sizeof(float), cudaMemcpyHostToDevice)) !=
+                cudaSuccess ||
+            (err = cudaMemcpy(e->fp8_scales_ + n, e->v_scales_.data(), n * sizeof(float), cudaMemcpyHostToDevice)) !=
+                cudaSuccess)
+            return cuda_refuse(err, "fp8 scales");
+    }
     if (status) *status = KVC_OK;
     return e;
 }
@@ -126,6 +153,7 @@ Engine::~Engine() {
     cudaFree(arena_);
     cudaFree(workspace_);
     cudaFree(inv_freq_);
+    cudaFree(fp8_scales_);
     if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -158,13 +186,27 @@ static uint64_t address_array_at(uint64_t blocks, uint64_t block_bytes) {
 // What the kernels read of this engine: the layout with the device's block addresses, and the config. Rows start at
 // arena_ + id * block_bytes + a multiple of row_bytes, and block_bytes is a multiple of row_bytes: every row starts
 // on 16 bytes when arena_ (cudaMalloc aligns to 256) and row_bytes do, and the kernels may then read 16-byte pieces.
-Geometry Engine::device_geometry() const {
+// An int8 or q8_0 row ends in its scales, so it is never read in 16-byte pieces of codes.
+Geometry Engine::device_geometry(uint32_t layer) const {
     kvc_kv_layout l = geometry_;
     l.block_base =
         reinterpret_cast<uint8_t* const*>(arena_ + address_array_at(arena_blocks_, kvc_kv_block_bytes(&geometry_)));
-    const bool wide = geometry_.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(arena_) % 16 == 0;
-    return Geometry{l,      cfg_.cache_dtype, cfg_.rope,  cfg_.n_q_heads, cfg_.n_kv_heads, cfg_.head_dim,
-                    group_, cfg_.scale,       inv_freq_, wide ? 1u : 0u, 0u};
+    const bool wide = geometry_.row_bytes % 16 == 0 && geometry_.scale_bytes == 0 &&
+                      reinterpret_cast<uintptr_t>(arena_) % 16 == 0;
+    const uint64_t fp8_at = static_cast<uint64_t>(layer) * cfg_.n_kv_heads, fp8_n = k_scales_.size();
+    return Geometry{l,
+                    cfg_.cache_dtype,
+                    cfg_.rope,
+                    cfg_.n_q_heads,
+                    cfg_.n_kv_heads,
+                    cfg_.head_dim,
+                    group_,
+                    cfg_.scale,
+                    inv_freq_,
+                    wide ? 1u : 0u,
+                    f16_scale_ ? 1u : 0u,
+                    fp8_scales_ ? fp8_scales_ + fp8_at : nullptr,
+                    fp8_scales_ ? fp8_scales_ + fp8_n + fp8_at : nullptr};
 }
 
 // Grows the arena to hold n more blocks than are in use: a new arena (double, or what is needed), the old blocks
@@ -242,6 +284,19 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     if (total == 0) return KVC_OK;
     if (q == nullptr || k == nullptr || v == nullptr || out == nullptr)
         return fail(KVC_ERR_INVALID_ARGUMENT, "%s: q, k, v and out must not be NULL when tokens are appended", op);
+    // int8 and q8_0 store finite rows only (and an f16 int8 scale must not overflow): refused before any change
+    if (quantized_)
+        for (uint64_t t = 0; t < total; ++t)
+            for (uint32_t h = 0; h < cfg_.n_kv_heads; ++h)
+                for (int plane = 0; plane < 2; ++plane) {
+                    const float* row = (plane == 0 ? k : v) +
+                                       ((offsets[0] + t) * cfg_.n_kv_heads + h) * static_cast<uint64_t>(cfg_.head_dim);
+                    if (const int why = opt::math::unquantizable(row, cfg_.cache_dtype, cfg_.head_dim, f16_scale_))
+                        return fail(KVC_ERR_INVALID_ARGUMENT, "%s: the %s row of token %llu, KV head %u, has %s", op,
+                                    plane == 0 ? "K" : "V", static_cast<unsigned long long>(t), h,
+                                    why == 1 ? "a non-finite value (int8 and q8_0 store finite values only)"
+                                             : "its int8 scale absmax / 127 overflows f16");
+                }
     if (cudaSetDevice(device_) != cudaSuccess) return fail(KVC_ERR_INTERNAL, "%s: cudaSetDevice failed", op);
 
     // phase 2: blocks and scratch (may fail; nothing visible has changed yet)
@@ -356,7 +411,7 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     uint8_t* base = scratch.base;
     const uint64_t first = offsets[0];
     const uint64_t bb = kvc_kv_block_bytes(&geometry_);
-    const Geometry g = device_geometry();
+    const Geometry g = device_geometry(layer);
     cudaError_t e = cudaMemcpyAsync(base, meta.data(), meta_bytes, cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(base + at_k, k + first * cfg_.n_kv_heads * d, kv_elems * sizeof(float),
@@ -392,29 +447,60 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     return KVC_OK;
 }
 
+// read_kv: a row's elements (the codes of a quantized dtype; its scales are read_kv_scales').
 kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
     if (const opt::Refusal r = opt::check_read_kv(seq, layer, pos, n, k_out, v_out, view()); r.refused()) return fail(r);
+    return gather("read_kv", seq, layer, pos, n, 0, static_cast<uint32_t>(kvc_kv_scale_offset(&geometry_)), k_out,
+                  v_out);
+}
+
+// read_kv_scales: fp8 the f32 scale of the row's (layer, KV head), from the host copy; int8 and q8_0 the scale
+// bytes stored after the row's codes, gathered on the device.
+kvc_status Engine::read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
+    if (!quantized_)
+        return fail(KVC_ERR_UNSUPPORTED, "read_kv_scales: cache dtype %s has no scales",
+                    kvc::dtype_name(cfg_.cache_dtype));
+    if (const opt::Refusal r = opt::check_read_kv(seq, layer, pos, n, k_out, v_out, view(), "read_kv_scales");
+        r.refused())
+        return fail(r);
+    if (!k_scales_.empty()) {
+        const uint64_t H = cfg_.n_kv_heads;
+        for (uint64_t i = 0; i < n; ++i)
+            for (uint64_t h = 0; h < H; ++h) {
+                std::memcpy(static_cast<uint8_t*>(k_out) + (i * H + h) * sizeof(float), &k_scales_[layer * H + h],
+                            sizeof(float));
+                std::memcpy(static_cast<uint8_t*>(v_out) + (i * H + h) * sizeof(float), &v_scales_[layer * H + h],
+                            sizeof(float));
+            }
+        return KVC_OK;
+    }
+    return gather("read_kv_scales", seq, layer, pos, n, static_cast<uint32_t>(kvc_kv_scale_offset(&geometry_)),
+                  geometry_.scale_bytes, k_out, v_out);
+}
+
+kvc_status Engine::gather(const char* op, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, uint32_t from,
+                          uint32_t row_bytes, void* k_out, void* v_out) {
     if (n == 0) return KVC_OK;
     const Stream* s = find(seq, layer);
-    if (cudaSetDevice(device_) != cudaSuccess) return fail(KVC_ERR_INTERNAL, "read_kv: cudaSetDevice failed");
-    const uint64_t bytes = static_cast<uint64_t>(n) * geometry_.n_kv_heads * geometry_.row_bytes;
+    if (cudaSetDevice(device_) != cudaSuccess) return fail(KVC_ERR_INTERNAL, "%s: cudaSetDevice failed", op);
+    const uint64_t bytes = static_cast<uint64_t>(n) * geometry_.n_kv_heads * row_bytes;
     Carve cv;
     const uint64_t at_table = cv.take(s->blocks.size() * sizeof(uint32_t));
     const uint64_t at_k = cv.take(bytes), at_v = cv.take(bytes);
     Scratch scratch;
-    if (const kvc_status st = get_scratch(cv.size, scratch, "read_kv"); st != KVC_OK) return st;
+    if (const kvc_status st = get_scratch(cv.size, scratch, op); st != KVC_OK) return st;
     uint8_t* base = scratch.base;
-    const Geometry g = device_geometry();
+    const Geometry g = device_geometry(layer);
     cudaError_t e = cudaMemcpyAsync(base + at_table, s->blocks.data(), s->blocks.size() * sizeof(uint32_t),
                                     cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess)
-        e = launch_gather(g, reinterpret_cast<const uint32_t*>(base + at_table), pos, n, base + at_k, base + at_v,
-                          stream_);
+        e = launch_gather(g, reinterpret_cast<const uint32_t*>(base + at_table), pos, n, from, row_bytes, base + at_k,
+                          base + at_v, stream_);
     if (e == cudaSuccess) e = cudaMemcpyAsync(k_out, base + at_k, bytes, cudaMemcpyDeviceToHost, stream_);
     if (e == cudaSuccess) e = cudaMemcpyAsync(v_out, base + at_v, bytes, cudaMemcpyDeviceToHost, stream_);
     const cudaError_t sync = cudaStreamSynchronize(stream_);
     if (e == cudaSuccess) e = sync;
-    if (e != cudaSuccess) return cuda_fail(e, "read_kv", "device work failed");
+    if (e != cudaSuccess) return cuda_fail(e, op, "device work failed");
     return KVC_OK;
 }
 
@@ -432,11 +518,14 @@ kvc_status Engine::memory(kvc_memory* out) {
         for (const Stream& s : sq.layers) tokens += s.length;
     const uint64_t capacity = in_use_ * kvc_kv_block_bytes(&geometry_); // a shared block counts once
     out->block_size = block_size_;
-    out->live_bytes = 2 * tokens * geometry_.n_kv_heads * geometry_.row_bytes;
+    // a head row's elements plus the scales stored with it (fp8's config scales are workspace, below)
+    out->live_bytes =
+        2 * tokens * geometry_.n_kv_heads * kvc::head_row_bytes(cfg_.cache_dtype, cfg_.head_dim, cfg_.int8_scale_dtype);
     out->capacity_bytes = capacity;
     out->pool_bytes = arena_bytes_ - capacity; // free blocks and the arena's block-address array
     if (opt::kvc_memory_has_workspace(out))
-        out->workspace_bytes = kWorkspaceBytes + (inv_freq_ ? cfg_.head_dim / 2 * sizeof(double) : 0);
+        out->workspace_bytes = kWorkspaceBytes + (inv_freq_ ? cfg_.head_dim / 2 * sizeof(double) : 0) +
+                               (k_scales_.size() + v_scales_.size()) * sizeof(float); // fp8 scales, from create
     return KVC_OK;
 }
 

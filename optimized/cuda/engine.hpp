@@ -34,6 +34,8 @@ public:
     kvc_status append_attend_batch(uint32_t layer, uint32_t n_seqs, const uint32_t* seq_ids, const uint32_t* offsets,
                                    const float* q, const float* k, const float* v, float* out);
     kvc_status read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out);
+    // ABI 1.2: the scales of rows pos .. pos+n-1 of a quantized cache (abi.h read_kv_scales); UNSUPPORTED otherwise.
+    kvc_status read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out);
     kvc_status seq_length(uint32_t seq, uint32_t layer, uint32_t* length);
     kvc_status memory(kvc_memory* out);
     kvc_status fork(uint32_t parent, uint32_t child);
@@ -69,10 +71,21 @@ private:
     void drop_block(uint32_t id);
     kvc_status get_scratch(uint64_t bytes, Scratch& s, const char* op);
     kvc_status cuda_fail(cudaError_t e, const char* op, const char* what);
-    Geometry device_geometry() const; // what the kernels read of this engine (the layout on the device, the config)
+    // what the kernels read of this engine in a call of `layer` (the layout on the device, the config, the layer's
+    // fp8 scales)
+    Geometry device_geometry(uint32_t layer) const;
+    // bytes [from, from + bytes) of each row pos .. pos + n - 1, K and V, packed (read_kv, read_kv_scales)
+    kvc_status gather(const char* op, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, uint32_t from,
+                      uint32_t bytes, void* k_out, void* v_out);
 
     kvc_config cfg_{};
     uint32_t block_size_ = 0, elem_bytes_ = 0, group_ = 1;
+    bool quantized_ = false, f16_scale_ = false; // a quantized dtype (quant_math.hpp); INT8_TOKEN: f16 scales
+    // fp8: the scale of each (layer, KV head), [n_layers][n_kv_heads] (1 under KVC_SCALE_NONE, the layer's under
+    // KVC_SCALE_TENSOR), copied at create: on the host for read_kv_scales, on the device (fp8_scales_: K's then
+    // V's) for the kernels. Empty / nullptr for other dtypes.
+    std::vector<float> k_scales_, v_scales_;
+    float* fp8_scales_ = nullptr;
     uint64_t max_tokens_ = 0;
     kvc_kv_layout geometry_{};
     int device_ = 0;

@@ -11,6 +11,7 @@
 #include "kernels.hpp"
 
 #include "kvcheck/optimized/dtype_math.hpp"
+#include "kvcheck/optimized/quant_math.hpp"
 #include "kvcheck/optimized/rope_math.hpp"
 #include "kvcheck/optimized/softmax_state.hpp"
 
@@ -26,15 +27,75 @@ namespace m = kvc::opt::math;
 
 constexpr uint32_t kStageBatch = 4; // loads each thread has in flight while staging K or V rows
 
-// ---- append: scatter + RoPE + dtype conversion, one CUDA block per (new token, KV head) ----
+// The fp8 scale of a KV head's rows in the call's layer (1 for other dtypes, which do not use it).
+__device__ float fp8_scale_of(const Geometry& g, uint32_t plane, uint32_t kv_head) {
+    const float* s = plane == KVC_PLANE_K ? g.k_scales : g.v_scales;
+    return s ? s[kv_head] : 1.0f;
+}
+
+// append of a quantized dtype, in phases: the K row rotated and the V row into shared memory; the scales (int8: one
+// per row, q8_0: one per 32 values; absmax is exact in any order); the codes, one thread per element; the scales'
+// bytes after the codes. Every value is quant_math.hpp's, step for step what its serial quantize_row (the host test's
+// subject) computes, so the stored bytes are the reference's.
+__device__ void append_quantized(const Geometry& g, const uint32_t* table, uint64_t pos, uint32_t h, const float* ks,
+                                 const float* vs, float (*row_s)[kMaxHeadDim], float (*scale_s)[kMaxHeadDim / m::kQ8Block]) {
+    const uint32_t d = g.head_dim, nb = d / m::kQ8Block;
+    const bool f16 = g.f16_scale != 0;
+    if (g.rope != m::kRopeNone) {
+        for (uint32_t j = threadIdx.x; j < d / 2; j += blockDim.x) {
+            uint32_t a, b;
+            m::rope_pair(g.rope, d, j, &a, &b);
+            double cs, sn;
+            m::rope_cos_sin(pos, g.inv_freq[j], &cs, &sn);
+            float xa = ks[a], xb = ks[b];
+            m::rope_rotate(&xa, &xb, cs, sn);
+            row_s[0][a] = xa;
+            row_s[0][b] = xb;
+        }
+    } else {
+        for (uint32_t x = threadIdx.x; x < d; x += blockDim.x) row_s[0][x] = ks[x];
+    }
+    for (uint32_t x = threadIdx.x; x < d; x += blockDim.x) row_s[1][x] = vs[x];
+    __syncthreads();
+    if (g.dtype == m::kDtypeInt8Token) {
+        if (threadIdx.x < 2) scale_s[threadIdx.x][0] = m::int8_scale(m::absmax(row_s[threadIdx.x], d), f16);
+    } else if (g.dtype == m::kDtypeQ8_0) {
+        for (uint32_t x = threadIdx.x; x < 2 * nb; x += blockDim.x)
+            scale_s[x / nb][x % nb] = m::q8_0_d(m::absmax(row_s[x / nb] + (x % nb) * m::kQ8Block, m::kQ8Block));
+    }
+    __syncthreads();
+    for (uint32_t x = threadIdx.x; x < 2 * d; x += blockDim.x) {
+        const uint32_t p = x / d, i = x % d; // plane, element
+        const float value = row_s[p][i];
+        uint8_t code;
+        if (m::is_fp8(g.dtype)) code = m::fp8_code(value, fp8_scale_of(g, p, h), g.dtype);
+        else if (g.dtype == m::kDtypeInt8Token) code = static_cast<uint8_t>(m::int8_code(value, scale_s[p][0]));
+        else code = static_cast<uint8_t>(m::q8_0_code(value, m::q8_0_id(scale_s[p][i / m::kQ8Block])));
+        *kvc_kv_address(&g.layout, table, pos, p, h, i) = code;
+    }
+    const uint64_t at = kvc_kv_scale_offset(&g.layout);
+    if (g.dtype == m::kDtypeInt8Token && threadIdx.x < 2)
+        m::put_int8_scale(kvc_kv_address(&g.layout, table, pos, threadIdx.x, h, 0) + at, scale_s[threadIdx.x][0], f16);
+    if (g.dtype == m::kDtypeQ8_0)
+        for (uint32_t x = threadIdx.x; x < 2 * nb; x += blockDim.x)
+            m::put_f16(kvc_kv_address(&g.layout, table, pos, x / nb, h, 0) + at + 2 * (x % nb), scale_s[x / nb][x % nb]);
+}
+
+// ---- append: scatter + RoPE + dtype conversion (or quantization), one CUDA block per (new token, KV head) ----
 __global__ void append_kernel(Geometry g, const CallDesc* calls, const uint32_t* token_call, const uint32_t* tables,
                               const float* k, const float* v) {
+    __shared__ float row_s[2][kMaxHeadDim];                   // quantized: the K (rotated) and V rows
+    __shared__ float scale_s[2][kMaxHeadDim / m::kQ8Block]; // quantized: their scales
     const uint32_t i = blockIdx.x, h = blockIdx.y, d = g.head_dim;
     const CallDesc c = calls[token_call[i]];
     const uint64_t pos = static_cast<uint64_t>(c.len_before) + (i - c.token_base);
     const uint32_t* table = tables + c.table_offset;
     const float* ks = k + (static_cast<uint64_t>(i) * g.n_kv_heads + h) * d;
     const float* vs = v + (static_cast<uint64_t>(i) * g.n_kv_heads + h) * d;
+    if (m::is_quantized(g.dtype)) {
+        append_quantized(g, table, pos, h, ks, vs, row_s, scale_s);
+        return;
+    }
     if (g.rope != m::kRopeNone) {
         for (uint32_t j = threadIdx.x; j < d / 2; j += blockDim.x) {
             uint32_t a, b;
@@ -113,7 +174,9 @@ __device__ void in_batches(uint32_t total, Load load, Store store) {
     }
 }
 
-// phase load (K or V rows): keys key0 .. key0 + n - 1 of one KV head, widened to f32, into rows of stride d + 1 (the
+// phase load (K or V rows): keys key0 .. key0 + n - 1 of one KV head, widened (or dequantized: each code times its
+// scale, rounded once in f32, quant_math.hpp; never a dequantized copy in global memory) to f32, into rows of
+// stride d + 1 (the
 // stride keeps the score phase, where the 32 lanes of a warp read 32 different keys, free of bank conflicts).
 // Every thread issues all its loads of a batch before it converts and stores any of them (in_batches). Loading one
 // row at a time per warp waited for memory once per row and held decode to 0.05 of the device's copy bandwidth
@@ -127,12 +190,27 @@ __device__ void stage_rows(const Geometry& g, const uint32_t* table, uint32_t pl
     };
     if (g.wide_rows) {
         const uint32_t per_piece = 16 / g.layout.elem_bytes, pieces = d / per_piece;
+        const bool fp8 = m::is_fp8(g.dtype);
+        const float fp8_scale = fp8 ? fp8_scale_of(g, plane, kv_head) : 1.0f;
         in_batches(
             n * pieces,
             [&](uint32_t x) { return __ldg(reinterpret_cast<const uint4*>(at(x / pieces, (x % pieces) * per_piece))); },
             [&](uint32_t x, uint4 piece) {
-                widen_piece(piece, g.dtype, dst + (x / pieces) * stride + (x % pieces) * per_piece);
+                float* out = dst + (x / pieces) * stride + (x % pieces) * per_piece;
+                if (fp8) { // 16 codes
+                    const uint32_t w[4] = {piece.x, piece.y, piece.z, piece.w};
+                    m::widen_fp8_words(w, g.dtype, fp8_scale, out);
+                } else {
+                    widen_piece(piece, g.dtype, out);
+                }
             });
+    } else if (m::is_quantized(g.dtype)) { // codes; int8 / q8_0 scales read from the row's end
+        const float fp8_scale = fp8_scale_of(g, plane, kv_head);
+        const bool f16 = g.f16_scale != 0;
+        in_batches(
+            n * d,
+            [&](uint32_t x) { return m::dequantize_elem(at(x / d, 0), g.dtype, d, f16, fp8_scale, x % d); },
+            [&](uint32_t x, float value) { dst[(x / d) * stride + x % d] = value; });
     } else {
         in_batches(
             n * d, [&](uint32_t x) { return m::load_elem(at(x / d, x % d), g.dtype); },
@@ -305,20 +383,16 @@ __global__ void merge_kernel(Geometry g, const CallDesc* calls, float* out, cons
     }
 }
 
-// ---- read_kv: rows as stored, one CUDA block per (row, KV head) ----
-__global__ void gather_kernel(Geometry g, const uint32_t* table, uint32_t pos, uint8_t* k_out, uint8_t* v_out) {
-    const uint32_t i = blockIdx.x, h = blockIdx.y, d = g.head_dim, es = g.layout.elem_bytes;
-    const uint64_t dst = (static_cast<uint64_t>(i) * g.n_kv_heads + h) * d * es;
-    for (uint32_t x = threadIdx.x; x < d; x += blockDim.x) {
-        const uint8_t* ks = kvc_kv_address(&g.layout, table, static_cast<uint64_t>(pos) + i, KVC_PLANE_K, h, x);
-        const uint8_t* vs = kvc_kv_address(&g.layout, table, static_cast<uint64_t>(pos) + i, KVC_PLANE_V, h, x);
-        if (es == 4) {
-            reinterpret_cast<uint32_t*>(k_out + dst)[x] = *reinterpret_cast<const uint32_t*>(ks);
-            reinterpret_cast<uint32_t*>(v_out + dst)[x] = *reinterpret_cast<const uint32_t*>(vs);
-        } else {
-            reinterpret_cast<uint16_t*>(k_out + dst)[x] = *reinterpret_cast<const uint16_t*>(ks);
-            reinterpret_cast<uint16_t*>(v_out + dst)[x] = *reinterpret_cast<const uint16_t*>(vs);
-        }
+// ---- read_kv, read_kv_scales: bytes [from, from + bytes) of rows as stored, one CUDA block per (row, KV head) ----
+__global__ void gather_kernel(Geometry g, const uint32_t* table, uint32_t pos, uint32_t from, uint32_t bytes,
+                              uint8_t* k_out, uint8_t* v_out) {
+    const uint32_t i = blockIdx.x, h = blockIdx.y;
+    const uint64_t dst = (static_cast<uint64_t>(i) * g.n_kv_heads + h) * bytes;
+    const uint8_t* ks = kvc_kv_address(&g.layout, table, static_cast<uint64_t>(pos) + i, KVC_PLANE_K, h, 0) + from;
+    const uint8_t* vs = kvc_kv_address(&g.layout, table, static_cast<uint64_t>(pos) + i, KVC_PLANE_V, h, 0) + from;
+    for (uint32_t x = threadIdx.x; x < bytes; x += blockDim.x) {
+        k_out[dst + x] = ks[x];
+        v_out[dst + x] = vs[x];
     }
 }
 
@@ -360,10 +434,10 @@ cudaError_t launch_attention(const Geometry& g, const CallDesc* calls, const uin
     return cudaSuccess;
 }
 
-cudaError_t launch_gather(const Geometry& g, const uint32_t* table, uint32_t pos, uint32_t n, uint8_t* k_out,
-                          uint8_t* v_out, cudaStream_t s) {
-    if (n == 0) return cudaSuccess;
-    gather_kernel<<<dim3(n, g.n_kv_heads), threads_for(g.head_dim), 0, s>>>(g, table, pos, k_out, v_out);
+cudaError_t launch_gather(const Geometry& g, const uint32_t* table, uint32_t pos, uint32_t n, uint32_t from,
+                          uint32_t bytes, uint8_t* k_out, uint8_t* v_out, cudaStream_t s) {
+    if (n == 0 || bytes == 0) return cudaSuccess;
+    gather_kernel<<<dim3(n, g.n_kv_heads), threads_for(g.head_dim), 0, s>>>(g, table, pos, from, bytes, k_out, v_out);
     return cudaGetLastError();
 }
 

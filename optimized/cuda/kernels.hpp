@@ -51,8 +51,8 @@ struct MergeItem {
 };
 
 struct Geometry {
-    kvc_kv_layout layout; // block_base: the device array of block addresses
-    uint32_t dtype;       // kvc_dtype of the cache
+    kvc_kv_layout layout; // block_base: the device array of block addresses; quantized: rows of codes + scale_bytes
+    uint32_t dtype;       // kvc_dtype of the cache (quantized dtypes: quant_math.hpp)
     uint32_t rope;        // kvc_rope
     uint32_t n_q_heads;
     uint32_t n_kv_heads;
@@ -61,11 +61,15 @@ struct Geometry {
     float scale;
     const double* inv_freq; // [head_dim / 2] device, when rope != NONE
     uint32_t wide_rows;     // 1: every cached row starts on 16 bytes and is a whole number of 16-byte pieces long
-    uint32_t pad;
+                            // (never for int8 / q8_0, whose rows end in their scales)
+    uint32_t f16_scale;     // INT8_TOKEN: 1 when each row's scale is kept in f16, else f32
+    const float* k_scales;  // fp8: the call's layer's K scales, [n_kv_heads] on the device (1 under SCALE_NONE)
+    const float* v_scales;  // fp8: its V scales; nullptr for other dtypes
 };
 
 // Append: rows of k and v ([total][n_kv_heads][head_dim] f32, device) into their slots, K rotated, converted to the
-// cache dtype. token_call[i] is the call of packed token i.
+// cache dtype (a quantized dtype: quantized on the device by quant_math.hpp, codes then scales). token_call[i] is
+// the call of packed token i.
 cudaError_t launch_append(const Geometry& g, const CallDesc* calls, const uint32_t* token_call, uint32_t total,
                           const uint32_t* tables, const float* k, const float* v, cudaStream_t s);
 
@@ -77,9 +81,11 @@ cudaError_t launch_attention(const Geometry& g, const CallDesc* calls, const uin
                              const MergeItem* merges, uint32_t n_merge, float* partial_m, float* partial_l,
                              float* partial_o, cudaStream_t s);
 
-// Rows pos .. pos + n - 1 of one stream, K and V, as stored: [n][n_kv_heads][head_dim] elements of the cache dtype.
-cudaError_t launch_gather(const Geometry& g, const uint32_t* table, uint32_t pos, uint32_t n, uint8_t* k_out,
-                          uint8_t* v_out, cudaStream_t s);
+// Bytes [from, from + bytes) of rows pos .. pos + n - 1 of one stream, K and V, as stored, packed
+// [n][n_kv_heads][bytes]: read_kv takes a row's elements (from 0, head_dim * elem_bytes: the codes of a quantized
+// dtype), read_kv_scales the scales stored after them (kvc_kv_scale_offset, scale_bytes).
+cudaError_t launch_gather(const Geometry& g, const uint32_t* table, uint32_t pos, uint32_t n, uint32_t from,
+                          uint32_t bytes, uint8_t* k_out, uint8_t* v_out, cudaStream_t s);
 
 // Allows the attention kernel the dynamic shared memory of head_dim and kTileRows rows (called with the largest,
 // kMaxHeadDim, so caches of different head_dim can be used side by side).

@@ -7,6 +7,7 @@
 #include "kvcheck/optimized/cpu_engine.h"
 #include "kvcheck/optimized/cuda_engine.h"
 #include "kvcheck/reference/dtype.hpp"
+#include "kvcheck/reference/quantize.hpp"
 #include "kvcheck/reference/rope.hpp"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -212,13 +214,82 @@ TEST(CudaEngine, PluginModuleExportsTheEngine) {
     dlclose(so);
 }
 
-TEST(CudaEngine, CapsDeclareDeviceMemoryAndTheF32Class) {
+// Runs everywhere: the caps are the table's, no device needed. The quantized dtypes and every scale form, as the
+// CPU engine declares them (ABI 1.2), and read_kv_scales is provided.
+TEST(CudaEngine, CapsDeclareDeviceMemoryTheF32ClassAndTheQuantizedDtypes) {
     kvc_caps caps{};
     caps.struct_size = sizeof caps;
     cuda_api()->get_caps(&caps);
     EXPECT_EQ(caps.memory_space, static_cast<uint32_t>(KVC_MEMORY_DEVICE));
     EXPECT_EQ(caps.precision, static_cast<uint32_t>(KVC_PRECISION_F32));
-    EXPECT_EQ(caps.dtypes, 7u);
+    EXPECT_EQ(caps.dtypes, 0x7fu) << "f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8_token, q8_0";
+    EXPECT_EQ(caps.quant, KVC_QUANT_FP8_SCALE_TENSOR | KVC_QUANT_FP8_SCALE_KV_HEAD | KVC_QUANT_INT8_SCALE_F16);
+    kvc_caps cpu{};
+    cpu.struct_size = sizeof cpu;
+    cpu_api()->get_caps(&cpu);
+    EXPECT_EQ(caps.dtypes, cpu.dtypes);
+    EXPECT_EQ(caps.quant, cpu.quant);
+    EXPECT_TRUE(KVC_API_HAS(cuda_api(), read_kv_scales));
+    EXPECT_NE(cuda_api()->read_kv_scales, nullptr);
+}
+
+// Runs everywhere: a quantized config is judged before the device is asked for (the CPU engine's checks, shared),
+// so a bad one is refused for what it is with or without a GPU; a good one is refused only for want of a device.
+TEST(CudaEngine, QuantizedConfigsAreJudgedWithOrWithoutADevice) {
+    const float scales[4] = {0.5f, 0.25f, 0.0f, 1.0f};
+    struct Bad {
+        const char* what;
+        kvc_status status;
+        kvc_config cfg;
+    };
+    std::vector<Bad> bad;
+    kvc_config c = make_config(4, 2, 48, KVC_DTYPE_Q8_0, KVC_ROPE_NONE, 16);
+    bad.push_back({"q8_0 needs a head_dim multiple of 32", KVC_ERR_UNSUPPORTED, c});
+    c = make_config(4, 2, 64, KVC_DTYPE_FP8_E4M3, KVC_ROPE_NEOX, 16, 2);
+    c.kv_scale_mode = KVC_SCALE_KV_HEAD;
+    bad.push_back({"KV_HEAD scales missing", KVC_ERR_INVALID_ARGUMENT, c});
+    c.k_scales = scales; // [2][2]: the third is 0
+    c.v_scales = scales;
+    bad.push_back({"a zero scale", KVC_ERR_INVALID_ARGUMENT, c});
+    c.kv_scale_mode = 3;
+    bad.push_back({"an unknown scale mode", KVC_ERR_INVALID_ARGUMENT, c});
+    c = make_config(4, 2, 64, KVC_DTYPE_INT8_TOKEN, KVC_ROPE_NEOX, 16);
+    c.int8_scale_dtype = KVC_DTYPE_BF16;
+    bad.push_back({"a bf16 int8 scale", KVC_ERR_UNSUPPORTED, c});
+    c.int8_scale_dtype = KVC_DTYPE_F16;
+    c.struct_size = static_cast<uint32_t>(offsetof(kvc_config, int8_scale_dtype));
+    bad.push_back({"the config of ABI 1.1", KVC_ERR_INVALID_ARGUMENT, c});
+    c = make_config(4, 2, 64, 7, KVC_ROPE_NEOX, 16);
+    bad.push_back({"an unknown dtype", KVC_ERR_UNSUPPORTED, c});
+    for (const Bad& b : bad) {
+        kvc_cache* cache = nullptr;
+        EXPECT_EQ(cuda_api()->create(&b.cfg, &cache), b.status) << b.what << ": " << cuda_api()->last_error(nullptr);
+        EXPECT_EQ(cache, nullptr) << b.what;
+        const std::string why = cuda_api()->last_error(nullptr);
+        EXPECT_EQ(why.find("CUDA"), std::string::npos) << b.what << ": judged before the device: " << why;
+        kvc_cache* on_cpu = nullptr;
+        EXPECT_EQ(cpu_api()->create(&b.cfg, &on_cpu), b.status) << b.what << ": as the CPU engine";
+        if (on_cpu) cpu_api()->destroy(on_cpu);
+    }
+    for (const uint32_t dtype : {KVC_DTYPE_FP8_E4M3, KVC_DTYPE_FP8_E5M2, KVC_DTYPE_INT8_TOKEN, KVC_DTYPE_Q8_0}) {
+        kvc_config good = make_config(4, 2, 64, dtype, KVC_ROPE_NEOX, 16, 2);
+        if (dtype == KVC_DTYPE_FP8_E4M3) {
+            good.kv_scale_mode = KVC_SCALE_TENSOR;
+            good.k_scales = scales;
+            good.v_scales = scales; // [2]: 0.5, 0.25
+        }
+        good.int8_scale_dtype = KVC_DTYPE_F16;
+        kvc_cache* cache = nullptr;
+        const kvc_status st = cuda_api()->create(&good, &cache);
+        if (kvc_cuda_engine_unavailable()) {
+            EXPECT_EQ(st, KVC_ERR_UNSUPPORTED) << dtype;
+            EXPECT_NE(std::string(cuda_api()->last_error(nullptr)).find("CUDA"), std::string::npos)
+                << cuda_api()->last_error(nullptr);
+        } else {
+            EXPECT_EQ(st, KVC_OK) << dtype << ": " << cuda_api()->last_error(nullptr);
+            if (cache) cuda_api()->destroy(cache);
+        }
+    }
 }
 
 // (n_q_heads, n_kv_heads, head_dim, dtype, rope, block size)
@@ -416,6 +487,331 @@ TEST(CudaEngine, WorkspaceIsConstantAndStorageIsReported) {
     EXPECT_EQ(after.workspace_bytes, before.workspace_bytes);
     EXPECT_EQ(after.capacity_bytes, (3000 + 15) / 16 * (2ull * 2 * 16 * 64 * 2));
     EXPECT_LE(after.pool_bytes, after.capacity_bytes + 256 * 8 + 65536) << "the arena at most doubles";
+}
+
+// ---- quantized caches (ABI 1.2: fp8 E4M3FN / E5M2 with scales, int8 per token, q8_0) ----
+
+// (dtype, fp8 kv_scale_mode, int8_scale_dtype, n_q_heads, n_kv_heads, head_dim, rope, block size)
+struct QuantShape {
+    uint32_t dtype, scale_mode, int8_scale, nq, nkv, d, rope, block;
+};
+
+// A quantized config of 2 layers; fp8 scales that differ per layer (and per KV head), sized so that some E4M3
+// codes saturate. The config points into q.
+struct QuantConfig {
+    kvc_config cfg{};
+    std::vector<float> k_scales, v_scales;
+    explicit QuantConfig(const QuantShape& s) {
+        cfg = make_config(s.nq, s.nkv, s.d, s.dtype, s.rope, s.block, 2);
+        cfg.int8_scale_dtype = s.int8_scale;
+        cfg.kv_scale_mode = s.scale_mode;
+        if (s.scale_mode != KVC_SCALE_NONE) {
+            const uint32_t n = 2 * (s.scale_mode == KVC_SCALE_KV_HEAD ? s.nkv : 1);
+            for (uint32_t i = 0; i < n; ++i) {
+                k_scales.push_back(0.004f * static_cast<float>(i + 1) + 0.001f);
+                v_scales.push_back(0.003f * static_cast<float>(i + 2));
+            }
+            cfg.k_scales = k_scales.data();
+            cfg.v_scales = v_scales.data();
+        }
+    }
+    QuantConfig(const QuantConfig&) = delete;
+};
+
+// Rows 0 .. n - 1 of one stream as stored: codes (read_kv) and scales (read_kv_scales).
+struct Stored {
+    std::vector<uint8_t> k, v, ks, vs;
+};
+Stored read_stored(kvc::Cache& c, const kvc_config& cfg, uint32_t seq, uint32_t layer, uint32_t n) {
+    const size_t codes = static_cast<size_t>(n) * cfg.n_kv_heads * cfg.head_dim;
+    const size_t scales = static_cast<size_t>(n) * cfg.n_kv_heads * kvc::scales_per_head_row(cfg.cache_dtype, cfg.head_dim) *
+                          kvc::scale_size(cfg.cache_dtype, cfg.int8_scale_dtype);
+    Stored s{std::vector<uint8_t>(codes), std::vector<uint8_t>(codes), std::vector<uint8_t>(scales),
+             std::vector<uint8_t>(scales)};
+    c.read_kv(seq, layer, 0, n, s.k.data(), s.v.data());
+    c.read_kv_scales(seq, layer, 0, n, s.ks.data(), s.vs.data());
+    return s;
+}
+
+// The stored rows dequantized by the reference's dequantizers: [n][n_kv_heads][head_dim] floats.
+std::vector<float> dequantized(const kvc_config& cfg, const std::vector<uint8_t>& codes,
+                               const std::vector<uint8_t>& scales) {
+    const uint32_t d = cfg.head_dim, dt = cfg.cache_dtype;
+    const size_t rows = codes.size() / d;
+    const size_t per_row = scales.size() / rows; // bytes of scales per head row
+    std::vector<float> out(codes.size());
+    for (size_t r = 0; r < rows; ++r) {
+        const uint8_t* c = codes.data() + r * d;
+        const uint8_t* sc = scales.data() + r * per_row;
+        float* o = out.data() + r * d;
+        if (kvc::dtype_is_fp8(dt)) {
+            float scale;
+            std::memcpy(&scale, sc, 4);
+            kvc::ref::dequantize_fp8_row(c, static_cast<int>(d), scale,
+                                         dt == KVC_DTYPE_FP8_E4M3 ? kvc::ref::Fp8::E4M3FN : kvc::ref::Fp8::E5M2, o);
+        } else if (dt == KVC_DTYPE_INT8_TOKEN) {
+            float scale;
+            if (per_row == 2) {
+                uint16_t h;
+                std::memcpy(&h, sc, 2);
+                scale = kvc::ref::f16_value(h);
+            } else {
+                std::memcpy(&scale, sc, 4);
+            }
+            kvc::ref::dequantize_int8_row(reinterpret_cast<const int8_t*>(c), static_cast<int>(d), scale, o);
+        } else {
+            std::vector<kvc::ref::BlockQ8_0> blocks(d / 32);
+            for (uint32_t b = 0; b < d / 32; ++b) {
+                std::memcpy(&blocks[b].d, sc + 2 * b, 2);
+                std::memcpy(blocks[b].qs, c + 32 * b, 32);
+            }
+            kvc::ref::dequantize_row_q8_0(blocks.data(), static_cast<int>(d), o);
+        }
+    }
+    return out;
+}
+
+// The output of query token t of h over the cache's own dequantized rows K, V ([T][n_kv_heads][d], K as stored:
+// rotated), in long double, q rotated by t in long double: the promise, as for the other dtypes.
+std::vector<float> reference_over(const History& h, uint32_t t, const std::vector<float>& K, const std::vector<float>& V) {
+    const kvc_config& cfg = h.cfg;
+    const uint32_t d = cfg.head_dim, nq = cfg.n_q_heads, nkv = cfg.n_kv_heads, group = nq / nkv;
+    std::vector<float> out(static_cast<size_t>(nq) * d);
+    for (uint32_t hd = 0; hd < nq; ++hd) {
+        const uint32_t g = hd / group;
+        std::vector<long double> qr(h.q.begin() + (static_cast<size_t>(t) * nq + hd) * d,
+                                    h.q.begin() + (static_cast<size_t>(t) * nq + hd + 1) * d);
+        kvc::ref::apply_rope<long double>(qr.data(), static_cast<int>(d), t, static_cast<kvc::ref::Rope>(cfg.rope),
+                                          cfg.rope_theta);
+        std::vector<long double> s(t + 1), acc(d, 0.0L);
+        long double mx = -INFINITY, l = 0.0L;
+        for (uint32_t j = 0; j <= t; ++j) {
+            long double dot = 0.0L;
+            for (uint32_t c = 0; c < d; ++c) dot += qr[c] * K[(static_cast<size_t>(j) * nkv + g) * d + c];
+            s[j] = dot * cfg.scale;
+            mx = std::max(mx, s[j]);
+        }
+        for (uint32_t j = 0; j <= t; ++j) {
+            const long double p = std::exp(s[j] - mx);
+            l += p;
+            for (uint32_t c = 0; c < d; ++c) acc[c] += p * V[(static_cast<size_t>(j) * nkv + g) * d + c];
+        }
+        for (uint32_t c = 0; c < d; ++c) out[static_cast<size_t>(hd) * d + c] = static_cast<float>(acc[c] / l);
+    }
+    return out;
+}
+
+// One quantization step of a dequantized value a with scale bytes sc (what a 1-ulp change of the rotated input
+// can move it by, and a little more): int8 its scale, q8_0 its block's d, fp8 a unit of the code's binade.
+double quant_step(const kvc_config& cfg, float a, const uint8_t* sc, uint32_t dim) {
+    const uint32_t dt = cfg.cache_dtype;
+    if (kvc::dtype_is_fp8(dt)) {
+        float scale;
+        std::memcpy(&scale, sc, 4);
+        const double mant = dt == KVC_DTYPE_FP8_E4M3 ? 0.125 : 0.25, sub = dt == KVC_DTYPE_FP8_E4M3 ? 0x1p-9 : 0x1p-16;
+        return std::fabs(a) * mant + sub * scale;
+    }
+    uint16_t h;
+    if (dt == KVC_DTYPE_Q8_0) {
+        std::memcpy(&h, sc + 2 * (dim / 32), 2);
+        return kvc::ref::f16_value(h);
+    }
+    if (cfg.int8_scale_dtype == KVC_DTYPE_F16) {
+        std::memcpy(&h, sc, 2);
+        return kvc::ref::f16_value(h);
+    }
+    float scale;
+    std::memcpy(&scale, sc, 4);
+    return scale;
+}
+
+class CudaQuant : public ::testing::TestWithParam<QuantShape> {};
+
+// Both layers of one stream in chunks, then decode steps past the 1,024-key segment boundary: every output within
+// the promise of the reference over the cache's own dequantized rows (read_kv and read_kv_scales, dequantized by
+// kvc::ref), at split and segment boundaries. The stored codes and scales bit for bit those of the CPU engine (V
+// always, K without RoPE; with RoPE the device's double angles may move a rotated K element by an f32 ulp, hence a
+// code by one step), so the quantizer on the device is the reference's. Without RoPE the outputs are also within
+// twice the promise of the CPU engine's. memory(): live bytes with the scales, capacity, the workspace.
+TEST_P(CudaQuant, StoresTheReferencesCodesAndAttendsOverThem) {
+    SKIP_WITHOUT_DEVICE();
+    const QuantShape shape = GetParam();
+    const QuantConfig qc(shape);
+    const kvc_config& cfg = qc.cfg;
+    std::mt19937_64 gen(test_seed(20261206));
+    const uint32_t prompt = 1030, steps = 20, total = prompt + steps;
+    const History h0 = make_history(cfg, total, gen), h1 = make_history(cfg, total, gen);
+    kvc::Cache gpu(cuda_api(), cfg), cpu(cpu_api(), cfg);
+    std::vector<float> got[2], want[2];
+    auto step = [&](uint32_t t0, uint32_t t1) {
+        for (uint32_t layer = 0; layer < 2; ++layer) {
+            const History& h = layer == 0 ? h0 : h1;
+            const std::vector<float> a = feed(gpu, 0, h, t0, t1, layer), b = feed(cpu, 0, h, t0, t1, layer);
+            got[layer].insert(got[layer].end(), a.begin(), a.end());
+            want[layer].insert(want[layer].end(), b.begin(), b.end());
+        }
+    };
+    for (uint32_t t0 = 0; t0 < prompt;) {
+        const uint32_t t1 = std::min(prompt, t0 + 1 + (t0 * 7 + 300) % 513);
+        step(t0, t1);
+        t0 = t1;
+    }
+    for (uint32_t t = prompt; t < total; ++t) step(t, t + 1);
+    const size_t qn = static_cast<size_t>(cfg.n_q_heads) * cfg.head_dim;
+    for (uint32_t layer = 0; layer < 2; ++layer) {
+        const History& h = layer == 0 ? h0 : h1;
+        const Stored g = read_stored(gpu, cfg, 0, layer, total), c = read_stored(cpu, cfg, 0, layer, total);
+        const std::vector<float> K = dequantized(cfg, g.k, g.ks), V = dequantized(cfg, g.v, g.vs);
+        for (uint32_t t : {0u, 1u, 255u, 256u, 1023u, 1024u, prompt - 1, prompt, total - 1})
+            expect_close(std::vector<float>(got[layer].begin() + t * qn, got[layer].begin() + (t + 1) * qn),
+                         reference_over(h, t, K, V), 1.0,
+                         "layer " + std::to_string(layer) + ": cuda vs the reference over its rows at token " +
+                             std::to_string(t));
+        EXPECT_EQ(g.v, c.v) << "V codes, layer " << layer;
+        EXPECT_EQ(g.vs, c.vs) << "V scales, layer " << layer;
+        if (cfg.rope == KVC_ROPE_NONE) {
+            EXPECT_EQ(g.k, c.k) << "K codes, layer " << layer;
+            EXPECT_EQ(g.ks, c.ks) << "K scales, layer " << layer;
+            expect_close(got[layer], want[layer], 2.0, "cuda vs cpu, layer " + std::to_string(layer));
+        } else {
+            const std::vector<float> CK = dequantized(cfg, c.k, c.ks);
+            const size_t per_row = g.ks.size() / (g.k.size() / cfg.head_dim);
+            size_t moved = 0;
+            for (size_t i = 0; i < K.size(); ++i) {
+                if (K[i] == CK[i]) continue;
+                ++moved;
+                const size_t row = i / cfg.head_dim;
+                const uint32_t dim = static_cast<uint32_t>(i % cfg.head_dim);
+                const double tol = quant_step(cfg, K[i], g.ks.data() + row * per_row, dim) +
+                                   quant_step(cfg, CK[i], c.ks.data() + row * per_row, dim);
+                ASSERT_LE(std::fabs(static_cast<double>(K[i]) - CK[i]), tol) << "dequantized K element " << i;
+            }
+            EXPECT_LE(moved, K.size() / 100) << "rotated K moved by RoPE's last bit in at most 1% of elements";
+        }
+    }
+    const kvc_memory mem = gpu.memory();
+    const uint64_t row = kvc::head_row_bytes(cfg.cache_dtype, cfg.head_dim, cfg.int8_scale_dtype);
+    EXPECT_EQ(mem.live_bytes, 2ull * 2 * total * cfg.n_kv_heads * row);
+    EXPECT_EQ(mem.capacity_bytes, 2ull * (total + shape.block - 1) / shape.block * (2ull * cfg.n_kv_heads * shape.block * row));
+    const uint64_t fp8_scales = kvc::dtype_is_fp8(cfg.cache_dtype) ? 2ull * 2 * cfg.n_kv_heads * sizeof(float) : 0;
+    EXPECT_EQ(mem.workspace_bytes,
+              (8ull << 20) + (cfg.rope != KVC_ROPE_NONE ? cfg.head_dim / 2 * sizeof(double) : 0) + fp8_scales);
+    const kvc_memory cm = cpu.memory();
+    EXPECT_EQ(mem.live_bytes, cm.live_bytes);
+    EXPECT_EQ(mem.workspace_bytes - cm.workspace_bytes,
+              (8ull << 20) + (cfg.rope != KVC_ROPE_NONE ? cfg.head_dim / 2 * sizeof(double) : 0))
+        << "the fp8 scales are reported as the CPU engine reports them";
+}
+
+// e.g. fp8_e4m3_kv_head_8x2_d128_neox_b16
+std::string quant_shape_name(const ::testing::TestParamInfo<QuantShape>& info) {
+    const QuantShape& s = info.param;
+    std::string name = kvc::dtype_name(s.dtype);
+    if (kvc::dtype_is_fp8(s.dtype))
+        name += s.scale_mode == KVC_SCALE_KV_HEAD ? "_kv_head" : s.scale_mode == KVC_SCALE_TENSOR ? "_tensor" : "_unscaled";
+    if (s.dtype == KVC_DTYPE_INT8_TOKEN) name += s.int8_scale == KVC_DTYPE_F16 ? "_f16" : "_f32";
+    const char* const rope[] = {"none", "neox", "gptj"};
+    return name + "_" + std::to_string(s.nq) + "x" + std::to_string(s.nkv) + "_d" + std::to_string(s.d) + "_" +
+           rope[s.rope] + "_b" + std::to_string(s.block);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dtypes, CudaQuant,
+    ::testing::Values(
+        QuantShape{KVC_DTYPE_FP8_E4M3, KVC_SCALE_KV_HEAD, KVC_DTYPE_F32, 8, 2, 128, KVC_ROPE_NEOX, 16},
+        QuantShape{KVC_DTYPE_FP8_E4M3, KVC_SCALE_TENSOR, KVC_DTYPE_F32, 4, 4, 64, KVC_ROPE_NONE, 256},
+        QuantShape{KVC_DTYPE_FP8_E5M2, KVC_SCALE_NONE, KVC_DTYPE_F32, 6, 2, 32, KVC_ROPE_GPTJ, 7},
+        // rows that are not whole 16-byte pieces: staged code by code
+        QuantShape{KVC_DTYPE_FP8_E4M3, KVC_SCALE_NONE, KVC_DTYPE_F32, 3, 1, 24, KVC_ROPE_NONE, 5},
+        QuantShape{KVC_DTYPE_INT8_TOKEN, 0, KVC_DTYPE_F32, 8, 2, 128, KVC_ROPE_NEOX, 16},
+        // unaligned scales: rows of 14 and 11 bytes
+        QuantShape{KVC_DTYPE_INT8_TOKEN, 0, KVC_DTYPE_F16, 4, 2, 12, KVC_ROPE_NONE, 16},
+        QuantShape{KVC_DTYPE_INT8_TOKEN, 0, KVC_DTYPE_F32, 2, 1, 7, KVC_ROPE_NONE, 1},
+        QuantShape{KVC_DTYPE_Q8_0, 0, KVC_DTYPE_F32, 8, 2, 128, KVC_ROPE_NEOX, 16},
+        QuantShape{KVC_DTYPE_Q8_0, 0, KVC_DTYPE_F32, 4, 1, 96, KVC_ROPE_NONE, 3}),
+    quant_shape_name);
+
+// The determinism rule holds for quantized caches: one token at a time, chunks of 97 and one prefill give the same
+// bits (the dequantized value of a code does not depend on who stages it).
+TEST(CudaQuantEngine, ChunkingDoesNotChangeABit) {
+    SKIP_WITHOUT_DEVICE();
+    for (const QuantShape& s : {QuantShape{KVC_DTYPE_FP8_E4M3, KVC_SCALE_KV_HEAD, KVC_DTYPE_F32, 8, 2, 64, KVC_ROPE_NEOX, 16},
+                                QuantShape{KVC_DTYPE_Q8_0, 0, KVC_DTYPE_F32, 8, 2, 64, KVC_ROPE_NEOX, 16},
+                                QuantShape{KVC_DTYPE_INT8_TOKEN, 0, KVC_DTYPE_F16, 8, 2, 64, KVC_ROPE_GPTJ, 16}}) {
+        const QuantConfig qc(s);
+        std::mt19937_64 gen(test_seed(20261206));
+        const uint32_t total = 1100;
+        const History h = make_history(qc.cfg, total, gen);
+        auto run = [&](uint32_t chunk) {
+            kvc::Cache c(cuda_api(), qc.cfg);
+            std::vector<float> out;
+            for (uint32_t t0 = 0; t0 < total; t0 += chunk) {
+                const std::vector<float> a = feed(c, 0, h, t0, std::min(total, t0 + chunk), 1);
+                out.insert(out.end(), a.begin(), a.end());
+            }
+            return out;
+        };
+        const std::vector<float> whole = run(total);
+        expect_bitwise(run(1), whole, "one token at a time vs one prefill, dtype " + std::to_string(s.dtype));
+        expect_bitwise(run(97), whole, "chunks of 97 vs one prefill, dtype " + std::to_string(s.dtype));
+    }
+}
+
+// int8 and q8_0 store finite rows only, and an f16 int8 scale must not overflow: refused before anything changes,
+// as the CPU engine refuses them. fp8 stores NaN as NaN. read_kv_scales of an f16 cache is UNSUPPORTED.
+// Fork shares a quantized block and copies it on write, scales and all.
+TEST(CudaQuantEngine, BadRowsAreRefusedAndForkCopiesScales) {
+    SKIP_WITHOUT_DEVICE();
+    const kvc_plugin_api* api = cuda_api();
+    for (const uint32_t dtype : {KVC_DTYPE_INT8_TOKEN, KVC_DTYPE_Q8_0}) {
+        kvc_config cfg = make_config(4, 2, 32, dtype, KVC_ROPE_NEOX, 16);
+        cfg.int8_scale_dtype = KVC_DTYPE_F16;
+        kvc::Cache c(api, cfg);
+        std::vector<float> q(4 * 32, 0.5f), k(2 * 32, 0.25f), v(2 * 32, -0.5f), out(4 * 32);
+        v[40] = NAN;
+        EXPECT_EQ(api->append_attend(c.get(), 0, 0, 1, q.data(), k.data(), v.data(), out.data()), KVC_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(api->last_error(c.get())).find("non-finite"), std::string::npos) << api->last_error(c.get());
+        v[40] = 0.5f;
+        k[3] = 1e10f; // absmax / 127 overflows an f16 scale (int8); q8_0's d is an f16 infinity, as ggml stores it
+        const kvc_status st = api->append_attend(c.get(), 0, 0, 1, q.data(), k.data(), v.data(), out.data());
+        EXPECT_EQ(st, dtype == KVC_DTYPE_INT8_TOKEN ? KVC_ERR_INVALID_ARGUMENT : KVC_OK) << api->last_error(c.get());
+        EXPECT_EQ(c.seq_length(0, 0), dtype == KVC_DTYPE_INT8_TOKEN ? 0u : 1u);
+    }
+    {
+        kvc_config cfg = make_config(4, 2, 32, KVC_DTYPE_FP8_E5M2, KVC_ROPE_NONE, 16);
+        kvc::Cache c(api, cfg);
+        std::vector<float> q(4 * 32, 0.5f), k(2 * 32, 0.25f), v(2 * 32, -0.5f), out(4 * 32);
+        k[5] = NAN;
+        EXPECT_EQ(api->append_attend(c.get(), 0, 0, 1, q.data(), k.data(), v.data(), out.data()), KVC_OK);
+        std::vector<uint8_t> kc(64), vc(64);
+        c.read_kv(0, 0, 0, 1, kc.data(), vc.data());
+        EXPECT_TRUE(std::isnan(kvc::ref::decode_e5m2(kc[5])));
+    }
+    {
+        kvc::Cache c(api, make_config(4, 2, 32, KVC_DTYPE_F16, KVC_ROPE_NONE, 16));
+        std::vector<float> x(4 * 32, 0.5f), out(4 * 32);
+        c.append_attend(0, 0, 1, x.data(), x.data(), x.data(), out.data());
+        std::vector<uint8_t> ks(8), vs(8);
+        EXPECT_EQ(api->read_kv_scales(c.get(), 0, 0, 0, 1, ks.data(), vs.data()), KVC_ERR_UNSUPPORTED);
+    }
+    // fork: 21 tokens (a full block and a partial one), the child and the parent continue differently
+    const QuantShape s{KVC_DTYPE_Q8_0, 0, KVC_DTYPE_F32, 4, 2, 64, KVC_ROPE_NEOX, 16};
+    const QuantConfig qc(s);
+    std::mt19937_64 gen(test_seed(20261206));
+    const History h = make_history(qc.cfg, 40, gen), alt = make_history(qc.cfg, 40, gen);
+    kvc::Cache gpu(api, qc.cfg), cpu(cpu_api(), qc.cfg);
+    for (kvc::Cache* c : {&gpu, &cpu}) {
+        feed(*c, 0, h, 0, 21);
+        c->fork(0, 1);
+        feed(*c, 1, alt, 21, 30);
+        feed(*c, 0, h, 21, 25);
+    }
+    for (uint32_t seq : {0u, 1u}) {
+        const uint32_t n = seq == 0 ? 25 : 30;
+        const Stored g = read_stored(gpu, qc.cfg, seq, 0, n), c = read_stored(cpu, qc.cfg, seq, 0, n);
+        EXPECT_EQ(g.v, c.v) << "seq " << seq;
+        EXPECT_EQ(g.vs, c.vs) << "seq " << seq;
+    }
 }
 
 } // namespace

@@ -76,7 +76,7 @@ inline Refusal check_quant_config(const kvc_config& c) {
 }
 
 // create(): the config. max_head_dim and max_count (layers, heads) are the engine's declared limits; quantized:
-// the engine stores the quantized dtypes (the CPU engine; the CUDA engine does not).
+// the engine stores the quantized dtypes (both engines do).
 inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t max_count, bool quantized = false) {
     if (c.struct_size < sizeof(kvc_config))
         return refuse(KVC_ERR_INVALID_ARGUMENT, "config.struct_size %u is smaller than kvc_config of ABI 1.0 (%zu)",
