@@ -177,7 +177,8 @@ std::vector<Property> make_properties() {
         ch.lengths = true;
         ps.push_back({"CACHE-CONTENT",
                       "rows read back equal what was appended, rounded to the cache dtype, bitwise (within one ulp "
-                      "after rotation when the implementation applies RoPE); lengths agree",
+                      "after rotation when the implementation applies RoPE); a quantized cache's codes and scales "
+                      "equal the reference quantizer's; lengths agree",
                       true, 0, [](const kvc_caps& a) { return gens::case_for(space(a), script(a)); }, single_run(ch)});
     }
     {
@@ -215,8 +216,8 @@ std::vector<Property> make_properties() {
         ch.memory = true;
         ch.device_memory = true; // a DEVICE cache's reports are also held against device memory (cudaMemGetInfo)
         ps.push_back({"MEMORY",
-                      "reported live bytes equal 2*T*H_kv*d_h*s per layer; reported capacity at most that rounded up "
-                      "to whole blocks per sequence and layer",
+                      "reported live bytes equal 2*T*H_kv*d_h*s per layer (plus the per-row scales of int8 and q8_0 "
+                      "caches); reported capacity at most that rounded up to whole blocks per sequence and layer",
                       true, 0,
                       [](const kvc_caps& a) {
                           ScriptSpace s = script(a);
