@@ -16,10 +16,10 @@ CallDriver::CallDriver(const kvc_plugin_api* api, const CheckScope& scope, Memor
 
 template <typename F>
 void CallDriver::measured(const char* name, F&& call) {
-    const int64_t before = watch_.reading(name, "before");
+    const MemoryWatch::Reading before = watch_.reading(name, "before");
     call();
     if (!watch_.active()) return;
-    const int64_t grown = watch_.reading(name, "after") - before;
+    const MemoryWatch::Reading grown = watch_.reading(name, "after") - before;
     watch_.judge(grown, memory());
 }
 

@@ -1,7 +1,10 @@
 #include "kvcheck/properties/device_watch.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <sys/stat.h>
 
+#include <climits>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -35,7 +38,67 @@ void* load_runtime(std::string* path, std::string* why_not) {
     return nullptr;
 }
 
+// The file a loaded library came from, symbolic links resolved (what dlopen() found for a bare soname).
+std::string file_of(void* handle, const std::string& fallback) {
+    struct link_map* lm = nullptr;
+    std::string name = fallback;
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) == 0 && lm != nullptr && lm->l_name != nullptr && *lm->l_name != '\0')
+        name = lm->l_name;
+    char real[PATH_MAX];
+    return realpath(name.c_str(), real) != nullptr ? std::string(real) : name;
+}
+
+struct Pin {
+    RuntimeChoice choice;
+    void* handle = nullptr;
+};
+
+Pin*& the_pin() {
+    static Pin* pin = nullptr; // never freed: the handle is never dlclose()d
+    return pin;
+}
+
 } // namespace
+
+const RuntimeChoice& DeviceWatch::pin_runtime() {
+    Pin*& pin = the_pin();
+    if (pin != nullptr) return pin->choice;
+    pin = new Pin;
+    std::string path;
+    pin->handle = load_runtime(&path, &pin->choice.why_not);
+    pin->choice.path = pin->handle != nullptr ? file_of(pin->handle, path) : path;
+    return pin->choice;
+}
+
+const RuntimeChoice& DeviceWatch::pin_runtime(const RuntimeChoice& c) {
+    Pin*& pin = the_pin();
+    if (pin != nullptr) return pin->choice;
+    pin = new Pin;
+    pin->choice = c;
+    if (c.why_not.empty()) {
+        if (c.path.empty() || c.path.front() != '/') {
+            pin->choice.why_not = "the CUDA runtime kvcheck resolved has no absolute path (\"" + c.path + "\")";
+        } else if ((pin->handle = dlopen(c.path.c_str(), RTLD_NOW | RTLD_LOCAL)) == nullptr) {
+            const char* e = dlerror();
+            pin->choice.why_not = "the CUDA runtime kvcheck resolved (" + c.path + ") cannot be loaded in the case "
+                                  "process: " + (e ? e : "dlopen failed");
+        }
+    }
+    return pin->choice;
+}
+
+const RuntimeChoice* DeviceWatch::pinned() { return the_pin() ? &the_pin()->choice : nullptr; }
+
+std::string DeviceWatch::runtime_problem(const std::string& plugin_file) {
+    const RuntimeChoice* c = pinned();
+    if (c == nullptr || c->path.empty() || !c->why_not.empty()) return "";
+    struct stat a {}, b {};
+    if (stat(c->path.c_str(), &a) != 0 || stat(plugin_file.c_str(), &b) != 0) return "";
+    if (a.st_dev != b.st_dev || a.st_ino != b.st_ino) return "";
+    return "the CUDA runtime the device-memory watch would read (" + c->path +
+           ", from KVCHECK_CUDART or the library search path) is the plugin under test itself: the watch must read "
+           "device memory through a runtime the plugin does not control; refused";
+}
 
 std::shared_ptr<DeviceWatch> DeviceWatch::open(std::string* why_not) {
     // Kernels loaded lazily (CUDA's default since 12.2) take device memory at their first launch, inside whichever
@@ -43,8 +106,17 @@ std::shared_ptr<DeviceWatch> DeviceWatch::open(std::string* why_not) {
     // Too late when the plugin initialised CUDA already (in a constructor or get_caps); the slack covers a page.
     setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     std::string path;
-    void* h = load_runtime(&path, why_not);
-    if (h == nullptr) return nullptr;
+    void* h = nullptr;
+    if (const Pin* pin = the_pin()) { // resolved by kvcheck before any plugin code ran: the environment is not read
+        if (pin->handle == nullptr) {
+            *why_not = pin->choice.why_not;
+            return nullptr;
+        }
+        h = pin->handle;
+        path = pin->choice.path;
+    } else if ((h = load_runtime(&path, why_not)) == nullptr) {
+        return nullptr;
+    }
     auto mem = reinterpret_cast<MemGetInfo>(dlsym(h, "cudaMemGetInfo"));
     auto err = reinterpret_cast<GetErrorString>(dlsym(h, "cudaGetErrorString"));
     if (mem == nullptr) {

@@ -22,68 +22,120 @@ MemoryWatch::MemoryWatch(const Target& target, const CaseConfig& cfg, const Chec
     const bool device = target.caps.memory_space == KVC_MEMORY_DEVICE;
     if (device && (checks.heap || checks.device_memory)) { // NO-Q and MEMORY hold device memory against the reports
         std::string why_not;
-        device_ = DeviceWatch::open(&why_not);
-        if (device_) {
-            kind_ = Kind::Device;
-            result_.watched = "device memory (" + device_->library() + ")";
+        device_watch_ = DeviceWatch::open(&why_not);
+        if (device_watch_) {
+            device_.on = device_.device = true;
+            device_.slack = kDeviceSlackBytes;
         } else {
             result_.watch_not_run = why_not;
         }
-    } else if (checks.heap && !device) {
+    }
+    if (checks.heap) { // the host heap, whatever the declared memory space
         if (!heap_accounting_exact())
             throw std::runtime_error(std::string("the allocator watch needs glibc's per-thread cache off: run "
                                                  "with GLIBC_TUNABLES=") + kExactHeapTunable +
                                      " (kvcheck sets it itself; see properties/include/kvcheck/properties/heap.hpp)");
-        kind_ = Kind::Heap;
-        result_.watched = "heap";
+        heap_.on = true;
+        heap_.host_of_device = device;
+        heap_.slack = kHeapSlackBytes;
     }
+    if (device_.on) result_.watched = "device memory (" + device_watch_->library() + ")";
+    if (heap_.on) result_.watched += std::string(result_.watched.empty() ? "" : " and ") + "heap";
 }
 
-int64_t MemoryWatch::reading(const char* call, const char* when) const {
-    switch (kind_) {
-    case Kind::None: return 0;
-    case Kind::Heap: return heap_in_use();
-    case Kind::Device:
+MemoryWatch::Reading MemoryWatch::reading(const char* call, const char* when) const {
+    Reading r;
+    const bool before = std::string(when) == "before";
+    // the heap read nearest the call on both sides: whatever the device reading allocates stays outside the window
+    if (heap_.on && !before) r.heap = heap_in_use();
+    if (device_.on) {
         try {
-            return device_->used();
+            r.device = device_watch_->used();
         } catch (const std::runtime_error& e) { // after a call: most likely a sticky error the call left
             throw AbiError(KVC_ERR_INTERNAL, std::string(e.what()) + " (" + when + " " + call + ")");
         }
     }
-    return 0;
+    if (heap_.on && before) r.heap = heap_in_use();
+    return r;
 }
 
-void MemoryWatch::judge_create(const kvc_memory& m, int64_t reported) {
-    baseline_set_ = true;
-    workspace_ = m.workspace_bytes;
-    create_unreported_ = grown_ - reported;
-    workspace_credit_ =
-        std::clamp<int64_t>(-create_unreported_, 0, static_cast<int64_t>(std::min<uint64_t>(workspace_, 1ull << 61)));
-    base_grown_ = grown_;
-    base_reported_ = reported;
-    result_.workspace_bytes = workspace_;
-    result_.create_unreported_bytes = create_unreported_;
+int64_t MemoryWatch::reported_for(const Account& a, const kvc_memory& m) const {
+    const int64_t kv = saturated(m.capacity_bytes) + saturated(m.pool_bytes);
+    int64_t reported = kv + saturated(m.workspace_bytes);
+    if (a.host_of_device) { // the host bookkeeping of the device pool: kHostBytesPerDeviceBlock per reported block
+        const uint64_t block_bytes = std::max<uint64_t>(
+            uint64_t{1}, 2ull * std::max<uint32_t>(m.block_size, 1u) * cfg_.n_kv_heads *
+                             head_row_bytes(cfg_.cache_dtype, cfg_.head_dim, cfg_.int8_scale_dtype));
+        const uint64_t blocks = (static_cast<uint64_t>(kv) + block_bytes - 1) / block_bytes;
+        reported += saturated(std::min<uint64_t>(blocks, uint64_t{1} << 54) * kHostBytesPerDeviceBlock);
+    }
+    return reported;
+}
+
+void MemoryWatch::judge_create(Account& a, const kvc_memory& m, int64_t reported) {
+    a.create_unreported = a.grown - reported;
+    a.workspace_credit =
+        std::clamp<int64_t>(-a.create_unreported, 0, static_cast<int64_t>(std::min<uint64_t>(workspace_, 1ull << 61)));
+    a.base_grown = a.grown;
+    a.base_reported = reported;
     const int64_t besides_kv = static_cast<int64_t>(std::min<uint64_t>(workspace_, uint64_t{1} << 62)) +
-                               std::max<int64_t>(create_unreported_, 0);
-    if (m.workspace_bytes > kMaxWorkspaceBytes ||
-        besides_kv > static_cast<int64_t>(kMaxWorkspaceBytes) + kHeapSlackBytes) {
+                               std::max<int64_t>(a.create_unreported, 0);
+    if (m.workspace_bytes > kMaxWorkspaceBytes || besides_kv > static_cast<int64_t>(kMaxWorkspaceBytes) + a.slack) {
         Mismatch mm;
         mm.what = "workspace bytes";
         mm.expected = static_cast<double>(kMaxWorkspaceBytes);
         mm.actual = static_cast<double>(besides_kv);
         scope_.fail("create() holds " + std::to_string(besides_kv) + " bytes besides its K/V storage (declared "
-                    "workspace " + std::to_string(workspace_) + "): more than the 256 MiB a constant workspace may take",
+                    "workspace " + std::to_string(workspace_) + (a.device ? ", in device memory" : ", in the host heap") +
+                    "): more than the 256 MiB a constant workspace may take",
                     mm);
     }
-    check_kv_bound(m);
 }
 
-void MemoryWatch::judge(int64_t grown, const kvc_memory& m) {
-    grown_ += grown;
-    const int64_t reported = saturated(m.capacity_bytes) + saturated(m.pool_bytes) + saturated(m.workspace_bytes);
-    if (!baseline_set_) return judge_create(m, reported); // the window around create()
-    Mismatch mm;
-    if (m.workspace_bytes != workspace_) {
+void MemoryWatch::judge_account(Account& a, int64_t grown, const kvc_memory& m) {
+    a.grown += grown;
+    const int64_t reported = reported_for(a, m);
+    if (!baseline_set_) return judge_create(a, m, reported); // the window around create()
+    const int64_t grown_since = a.grown - a.base_grown, reported_growth = reported - a.base_reported;
+    const int64_t raw = grown_since - reported_growth; // the lazy workspace's credit absorbs growth, never a fall
+    const int64_t unexplained = raw > 0 ? std::max<int64_t>(raw - a.workspace_credit, 0) : raw;
+    const int64_t rise = unexplained - a.lowest_unexplained;
+    a.worst_rise = std::max(a.worst_rise, rise);
+    const bool blind = !a.device && heap_watch_blind_reason() != nullptr; // ASan: NO-Q's note
+    if (rise > a.slack && !blind) {
+        Mismatch mm;
+        const std::string bookkeeping = a.host_of_device ? " + " + std::to_string(kHostBytesPerDeviceBlock) +
+                                                               " bytes of host bookkeeping per reported block"
+                                                         : std::string();
+        mm.what = std::string(a.device ? "device" : "heap") + " bytes not explained by reported capacity + pool + "
+                  "workspace" + bookkeeping;
+        mm.expected = static_cast<double>(a.lowest_unexplained + reported_growth + a.slack);
+        mm.actual = static_cast<double>(grown_since);
+        scope_.fail(std::string("since create ") +
+                        (a.device           ? "device memory in use"
+                         : a.host_of_device ? "the host heap of this DEVICE cache (watched as well as device memory)"
+                                            : "the allocator") +
+                        " grew by " + std::to_string(grown_since) + " bytes while the reported K/V storage and "
+                        "workspace" + bookkeeping + " grew by " + std::to_string(reported_growth) + " bytes: " +
+                        std::to_string(rise) +
+                        " bytes of hidden storage (caching Q, or K/V it does not report; allowed: a slack of " +
+                        std::to_string(a.slack) + " bytes" +
+                        (a.workspace_credit > 0 ? " and the " + std::to_string(a.workspace_credit) +
+                                                      " bytes of the declared workspace that create() did not allocate"
+                                                : std::string()) +
+                        ")",
+                    mm);
+    }
+    a.lowest_unexplained = std::min(a.lowest_unexplained, unexplained);
+}
+
+void MemoryWatch::judge(const Reading& grown, const kvc_memory& m) {
+    const bool create = !baseline_set_;
+    if (create) {
+        workspace_ = m.workspace_bytes;
+        result_.workspace_bytes = workspace_;
+    } else if (m.workspace_bytes != workspace_) {
+        Mismatch mm;
         mm.what = "workspace_bytes";
         mm.expected = static_cast<double>(workspace_);
         mm.actual = static_cast<double>(m.workspace_bytes);
@@ -92,31 +144,12 @@ void MemoryWatch::judge(int64_t grown, const kvc_memory& m) {
                         "the tokens appended is K/V (capacity, pool) or hidden storage",
                     mm);
     }
-    const int64_t grown_since = grown_ - base_grown_, reported_growth = reported - base_reported_;
-    const int64_t raw = grown_since - reported_growth; // the lazy workspace's credit absorbs growth, never a fall
-    const int64_t unexplained = raw > 0 ? std::max<int64_t>(raw - workspace_credit_, 0) : raw;
-    const int64_t rise = unexplained - lowest_unexplained_;
-    result_.hidden_heap_bytes = std::max(result_.hidden_heap_bytes, rise);
-    const bool blind = kind_ == Kind::Heap && heap_watch_blind_reason() != nullptr; // ASan: NO-Q's note
-    const bool dev = kind_ == Kind::Device;
-    const int64_t slack = dev ? kDeviceSlackBytes : kHeapSlackBytes;
-    if (rise > slack && !blind) {
-        mm.what = std::string(dev ? "device" : "heap") + " bytes not explained by reported capacity + pool + "
-                  "workspace";
-        mm.expected = static_cast<double>(lowest_unexplained_ + reported_growth + slack);
-        mm.actual = static_cast<double>(grown_since);
-        scope_.fail(std::string("since create ") + (dev ? "device memory in use" : "the allocator") + " grew by " +
-                        std::to_string(grown_since) + " bytes while the reported K/V storage and workspace grew by " +
-                        std::to_string(reported_growth) + " bytes: " + std::to_string(rise) +
-                        " bytes of hidden storage (caching Q, or K/V it does not report; allowed: a slack of " +
-                        std::to_string(slack) + " bytes" +
-                        (workspace_credit_ > 0 ? " and the " + std::to_string(workspace_credit_) +
-                                                     " bytes of the declared workspace that create() did not allocate"
-                                               : std::string()) +
-                        ")",
-                    mm);
-    }
-    lowest_unexplained_ = std::min(lowest_unexplained_, unexplained);
+    if (device_.on) judge_account(device_, grown.device, m);
+    if (heap_.on) judge_account(heap_, grown.heap, m);
+    baseline_set_ = true;
+    const Account& primary = device_.on ? device_ : heap_; // what the NO-Q note describes
+    if (create) result_.create_unreported_bytes = primary.create_unreported;
+    result_.hidden_heap_bytes = std::max(result_.hidden_heap_bytes, primary.worst_rise);
     check_kv_bound(m);
 }
 

@@ -1,9 +1,12 @@
 // The memory rules of the plugin harness: NO-Q's allocator watch and MEMORY's checks of what a cache reports.
 //
 // NO-Q (and MEMORY for DEVICE caches) read the allocator just before and just after every call into the
-// implementation: the host heap (heap.hpp) for HOST caches, device memory (device_watch.hpp) for DEVICE ones. The
-// same rules hold for both; only the slack differs (kHeapSlackBytes, kDeviceSlackBytes: device memory comes in
-// 2 MiB pages).
+// implementation: the host heap (heap.hpp) always, and for DEVICE caches device memory (device_watch.hpp) too. Each
+// is its own account with the same rules; only the slack differs (kHeapSlackBytes, kDeviceSlackBytes: device memory
+// comes in 2 MiB pages). Declaring DEVICE does not take the host heap out of the watch: a DEVICE cache's host heap
+// may grow by what its reported capacity + pool + workspace grows by (an implementation that keeps its K/V on the
+// host while declaring DEVICE is judged as a HOST one) plus kHostBytesPerDeviceBlock per reported block (the host
+// bookkeeping of a device pool: free lists, reference counts, block tables), and by nothing else.
 //
 // create() may allocate anything constant: K/V storage (capacity + pool), a declared workspace, and (ABI 1.0
 // plugins, which cannot declare one) an undeclared constant scratch; together at most kMaxWorkspaceBytes beyond the
@@ -37,36 +40,57 @@ public:
     MemoryWatch(const Target& target, const CaseConfig& cfg, const Checks& checks, const CheckScope& scope,
                 RunResult& result);
 
-    bool active() const { return kind_ != Kind::None; }
+    bool active() const { return heap_.on || device_.on; }
 
-    // The allocator's reading now (0 when inactive); `call` and `when` ("before", "after") name a failed reading.
-    int64_t reading(const char* call, const char* when) const;
+    // What the watched allocators hold (0 for one not watched).
+    struct Reading {
+        int64_t heap = 0, device = 0;
+        Reading operator-(const Reading& o) const { return {heap - o.heap, device - o.device}; }
+    };
 
-    // Judges one call: `grown` is what the allocator grew by across it, `report` the cache's memory report after it.
-    // The first call judged is create(): it fixes the baseline and the workspace.
-    void judge(int64_t grown, const kvc_memory& report);
+    // The allocators' reading now; `call` and `when` ("before", "after") name a failed reading.
+    Reading reading(const char* call, const char* when) const;
+
+    // Judges one call: `grown` is what the allocators grew by across it, `report` the cache's memory report after it.
+    // The first call judged is create(): it fixes the baselines and the workspace.
+    void judge(const Reading& grown, const kvc_memory& report);
 
 private:
     // pool_bytes is no free pass: capacity + pool may not exceed the K/V of every sequence at max_tokens in every
     // layer, in whole blocks of the reported size, twice (growth reserve), plus a page of alignment per block and a
     // first slab of 64 KiB.
     void check_kv_bound(const kvc_memory& m) const;
-    void judge_create(const kvc_memory& m, int64_t reported);
 
-    enum class Kind { None, Heap, Device };
+    // One allocator's account.
+    struct Account {
+        bool on = false;
+        bool device = false;             // device memory (else the host heap)
+        bool host_of_device = false;     // the host heap of a DEVICE cache: credited its pool's bookkeeping too
+        int64_t slack = 0;
+        int64_t grown = 0;               // growth summed over the windows around calls
+        int64_t create_unreported = 0;   // what create() allocated beyond its report (an undeclared constant scratch)
+        int64_t workspace_credit = 0;    // the declared workspace create() did not allocate (allocated when needed)
+        int64_t base_grown = 0, base_reported = 0; // right after create
+        int64_t lowest_unexplained = 0;  // the lowest value of (growth - reported growth) since create
+        int64_t worst_rise = 0;
+    };
+    int64_t reported_for(const Account& a, const kvc_memory& m) const;
+    void judge_create(Account& a, const kvc_memory& m, int64_t reported);
+    void judge_account(Account& a, int64_t grown, const kvc_memory& m);
+
     const CaseConfig& cfg_;
     const CheckScope& scope_;
     RunResult& result_;
-    Kind kind_ = Kind::None;
-    std::shared_ptr<DeviceWatch> device_;
-    int64_t grown_ = 0;              // allocator growth summed over the windows around calls
+    Account heap_, device_;
+    std::shared_ptr<DeviceWatch> device_watch_;
     bool baseline_set_ = false;      // create() has been judged
     uint64_t workspace_ = 0;         // reported right after create; constant from then on
-    int64_t create_unreported_ = 0;  // what create() allocated beyond its report (an undeclared constant scratch)
-    int64_t workspace_credit_ = 0;   // the declared workspace create() did not allocate (allocated when first needed)
-    int64_t base_grown_ = 0, base_reported_ = 0; // right after create
-    int64_t lowest_unexplained_ = 0; // the lowest value of (growth - reported growth) since create
 };
+
+// The host bytes a DEVICE cache may add per block of its reported K/V storage (capacity + pool in blocks of the
+// reported block size): a free-list node, a reference count and a block-table entry take about 60 bytes in a C++
+// engine (std::set node 48, uint32_t count 4, a doubling vector's entry up to 8; optimized/cuda/engine.cpp).
+constexpr int64_t kHostBytesPerDeviceBlock = 64;
 
 // MEMORY's rules for one report against the model: live bytes equal the formula, capacity within whole blocks of
 // the reported size, capacity at least the live bytes while nothing can be shared (no fork yet), a sane block size.

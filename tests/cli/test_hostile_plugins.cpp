@@ -297,6 +297,74 @@ TEST_F(Hostile, MemorySizesNear2To64ReadAsHugeNeverNegative) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// The memory watches cannot be sidestepped (issue 42 item 2; tests/doubles/hostile_memory.c)
+
+// The fake CUDA runtime of the device-watch tests (tests/doubles/fake_cudart.c): a counter behind cudaMemGetInfo.
+std::string fake_cudart() { return std::string(KVC_DOUBLES_DIR) + "/libkvcheck_fake_cudart.so"; }
+
+std::string double_file(const std::string& name) {
+    return std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_" + name + ".so";
+}
+
+// The reasons of the cases of `rep` that FAIL with NO-Q as the failed property.
+std::vector<std::string> no_q_failures(const nlohmann::json& rep) {
+    std::vector<std::string> reasons;
+    for (const auto& c : rep.at("implementations").at(0).at("cases"))
+        if (c.value("verdict", "") == "FAIL" && c.value("failed_property", "") == "NO-Q")
+            reasons.push_back(c.value("reason", ""));
+    return reasons;
+}
+
+// A plugin that declares KVC_MEMORY_DEVICE and keeps every query on the host heap: the host heap is watched for a
+// DEVICE plugin too, whether the device half can run (the fake runtime) or not (no runtime: NOT_SUPPORTED for that
+// half only). Before the fix the first passed NO-Q and the second was NOT_SUPPORTED.
+TEST_F(Hostile, AHostQHoarderDeclaringDeviceFailsNoQ) {
+    if (kvc::prop::kBuiltWithAddressSanitizer) GTEST_SKIP() << "the allocator watch is blind under ASan";
+    for (const std::string& runtime : {fake_cudart(), std::string("/nonexistent/libcudart.so.13")}) {
+        const Outcome r = run_kvcheck(dir_, "validate " + hostile("device_hoarder") +
+                                                " --filter '^NO-Q/' --cases 6 --report report.json",
+                                      "KVCHECK_CUDART=" + quote(runtime) + " ");
+        EXPECT_EQ(r.rc, 1) << runtime << "\n" << r.all();
+        const nlohmann::json rep = report();
+        ASSERT_FALSE(rep.is_discarded()) << r.all();
+        EXPECT_EQ(rep.at("implementations").at(0).at("capabilities").at("memory_space"), "device");
+        const std::vector<std::string> reasons = no_q_failures(rep);
+        ASSERT_FALSE(reasons.empty()) << runtime << "\n" << r.out;
+        for (const std::string& why : reasons) {
+            EXPECT_NE(why.find("host heap"), std::string::npos) << why;
+            EXPECT_NE(why.find("hidden storage"), std::string::npos) << why;
+        }
+        EXPECT_NE(r.out.find("NOT CONFORMANT"), std::string::npos) << r.out;
+    }
+}
+
+// A plugin whose constructor points KVCHECK_CUDART at itself (a cudaMemGetInfo that never changes) and keeps its
+// queries in the device memory of the runtime kvcheck was given: the watch reads the runtime kvcheck resolved
+// before any plugin code ran, so the growth shows. Before the fix NO-Q passed.
+TEST_F(Hostile, ARuntimeSwappingPluginIsWatchedThroughTheRuntimeKvcheckResolved) {
+    const Outcome r = run_kvcheck(dir_, "validate " + hostile("cudart_swapper") +
+                                            " --filter '^NO-Q/' --cases 6 --report report.json",
+                                  "KVCHECK_CUDART=" + quote(fake_cudart()) + " ");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    const nlohmann::json rep = report();
+    ASSERT_FALSE(rep.is_discarded()) << r.all();
+    const std::vector<std::string> reasons = no_q_failures(rep);
+    ASSERT_FALSE(reasons.empty()) << r.out;
+    for (const std::string& why : reasons)
+        EXPECT_NE(why.find("device memory in use grew"), std::string::npos) << why;
+    EXPECT_NE(r.out.find("NOT CONFORMANT"), std::string::npos) << r.out;
+}
+
+// KVCHECK_CUDART naming the plugin under test: refused before anything runs (exit 2), saying why.
+TEST_F(Hostile, ARuntimeThatIsThePluginItselfIsRefused) {
+    const Outcome r = run_kvcheck(dir_, "validate " + hostile("cudart_swapper") + " --cases 2 --report report.json",
+                                  "KVCHECK_CUDART=" + quote(double_file("hostile_cudart_swapper")) + " ");
+    EXPECT_EQ(r.rc, 2) << r.all();
+    EXPECT_NE(r.err.find("is the plugin under test itself"), std::string::npos) << r.all();
+    EXPECT_FALSE(fs::exists(path("report.json")));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Limits
 
 // The hog asks for 4 GiB (without touching it): allowed under the default host limit (8 GiB), refused under

@@ -6,6 +6,7 @@
 
 #include "kvcheck/harness/builtins.hpp"
 #include "kvcheck/pipe/proxy.hpp"
+#include "kvcheck/properties/device_watch.hpp"
 #include "kvcheck/properties/runner.hpp"
 
 #include <dlfcn.h>
@@ -210,6 +211,12 @@ bool bytes_from_hex(const std::string& s, void* p, std::size_t n) {
 
 void run_request(const nlohmann::json& req, int fd) {
     g_marker_fd = fd;
+    // The CUDA runtime the device-memory watch reads, as kvcheck resolved it before any plugin code ran: pinned
+    // (dlopen()ed) here, before the implementation is loaded, so that nothing the plugin does to the environment
+    // changes it. A fork()ed case process inherited the pin already.
+    if (const auto c = req.find("cudart"); c != req.end() && c->is_object())
+        prop::DeviceWatch::pin_runtime(prop::RuntimeChoice{c->value("path", std::string()),
+                                                           c->value("why_not", std::string())});
     if (req.value("memory_limit", uint64_t{0})) std::set_new_handler(report_refused_allocation);
     const std::string kind = req.at("kind").get<std::string>();
     if (kind == "probe") return probe(req, fd);
@@ -266,6 +273,8 @@ void run_request(const nlohmann::json& req, int fd) {
 
 nlohmann::json request_for(const Subject& s, const std::string& kind) {
     nlohmann::json req = {{"kind", kind}, {"memory_limit", s.memory_limit}};
+    const prop::RuntimeChoice& cudart = prop::DeviceWatch::pin_runtime(); // in kvcheck's process: no plugin code yet
+    req["cudart"] = {{"path", cudart.path}, {"why_not", cudart.why_not}};
     if (!s.plugin_file.empty()) req["plugin"] = s.plugin_file;
     else if (!s.connect.empty()) {
         req["connect"] = s.connect;

@@ -7,6 +7,7 @@
 #include "kvcheck/harness/vocabulary.hpp"
 
 #include "kvcheck/harness/builtins.hpp"
+#include "kvcheck/properties/device_watch.hpp"
 #include "kvcheck/properties/sanitizers.hpp"
 
 #include <cctype>
@@ -197,6 +198,9 @@ std::vector<Subject> load_subjects(const std::string& plugin, const std::string&
         // dlopen() searches the library path for a name without a slash; a file name given here means that file.
         s.plugin_file = plugin.find('/') == std::string::npos ? "./" + plugin : plugin;
         if (const std::string why = prop::plugin_file_problem(s.plugin_file); !why.empty())
+            throw BadInput(plugin + ": " + why);
+        prop::DeviceWatch::pin_runtime(); // resolved here, in kvcheck's own process, before the probe loads the plugin
+        if (const std::string why = prop::DeviceWatch::runtime_problem(s.plugin_file); !why.empty())
             throw BadInput(plugin + ": " + why);
         s.target.origin = s.plugin_file;
         s.target_args = "--plugin " + shell_quote(plugin);

@@ -3,7 +3,10 @@
 //
 // The runtime is dlopen()ed: the path in KVCHECK_CUDART when set (the tests point it at a fake runtime), else
 // libcudart.so.13, libcudart.so.12, libcudart.so. Only cudaMemGetInfo (and cudaGetErrorString for messages) is
-// called. Where no runtime loads or it reports no usable device, open() says why and the allocator half of those
+// called. kvcheck resolves that runtime once, in its own process before any plugin code runs (pin_runtime()), and
+// hands the resolved file to its case processes in the request; once pinned, open() uses that handle and never
+// reads the environment again, so a plugin that setenv()s KVCHECK_CUDART in a constructor changes nothing. Without
+// a pin (the library used in-process, as the property tests do) open() reads the environment at each call. Where no runtime loads or it reports no usable device, open() says why and the allocator half of those
 // properties is reported as not run, never passed.
 //
 // The reading is total - free of the calling thread's current device: global to the device, so allocations of other
@@ -21,8 +24,26 @@ namespace kvc::prop {
 // runtime allocates for itself lazily (module code, internal buffers).
 constexpr int64_t kDeviceSlackBytes = 4ll << 20;
 
+// The runtime the watch reads: the resolved file (absolute, symbolic links resolved), or why none could be loaded.
+struct RuntimeChoice {
+    std::string path;
+    std::string why_not;
+};
+
 class DeviceWatch {
 public:
+    // kvcheck's own process: resolves the runtime from the environment and dlopen()s it, once (later calls return
+    // the first answer). Only loads the library: no CUDA call, so no context exists before a fork.
+    static const RuntimeChoice& pin_runtime();
+    // A case process: pins the parent's choice (dlopen()s `c.path`; no search, no environment). When this process
+    // pinned already (a fork()ed copy of the parent) the earlier pin stays.
+    static const RuntimeChoice& pin_runtime(const RuntimeChoice& c);
+    // The pinned choice, or nullptr when nothing was pinned in this process.
+    static const RuntimeChoice* pinned();
+    // Why the pinned runtime cannot be used with the plugin in `plugin_file` (it is that very file: a plugin would
+    // feed the watch its own cudaMemGetInfo), or "" when it can (or nothing is pinned).
+    static std::string runtime_problem(const std::string& plugin_file);
+
     // The watch, or nullptr with *why_not set (the runtime's path and dlerror(), or the CUDA error of the first
     // reading). The first reading happens here, before the implementation's create(): it creates the CUDA context,
     // whose own memory must not count against the cache.
