@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <numeric>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -95,8 +97,13 @@ kvc_caps required_caps(const Case& c) {
 }
 
 uint32_t head_dim_multiple(const kvc_caps& caps, bool rope) {
-    const uint32_t m = rope && caps.head_dim_multiple_rope ? caps.head_dim_multiple_rope : caps.head_dim_multiple;
-    return std::max(m, 1u);
+    const uint32_t m =
+        std::max(rope && caps.head_dim_multiple_rope ? caps.head_dim_multiple_rope : caps.head_dim_multiple, 1u);
+    const bool q8_0_query = caps.struct_size >= offsetof(kvc_caps, pipeline) + sizeof(kvc_pipeline) &&
+                            (caps.pipeline.flags & KVC_PIPELINE_DECLARED) && caps.pipeline.q == KVC_ROUND_Q8_0;
+    if (!q8_0_query) return m;
+    const uint64_t l = uint64_t(m / std::gcd(m, 32u)) * 32u; // q is quantized in blocks of 32 along each head
+    return static_cast<uint32_t>(std::min<uint64_t>(l, UINT32_MAX));
 }
 
 std::vector<std::string> missing_caps(const kvc_caps& need, const kvc_caps& have) {

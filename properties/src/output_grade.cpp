@@ -2,9 +2,11 @@
 
 #include "kvcheck/abi.hpp"
 #include "kvcheck/properties/oracle.hpp"
+#include "kvcheck/properties/quant_rows.hpp"
 #include "kvcheck/reference/quantize.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace kvc::prop {
 
@@ -36,6 +38,14 @@ Expected expected_outputs(const CacheModel& model, uint32_t seq, uint32_t layer,
 
 std::vector<float> queries_as_rounded(const Pipeline& declared, const float* q, size_t n) {
     std::vector<float> r(q, q + n);
+    if (declared.q == KVC_ROUND_Q8_0) { // whole blocks of 32 along each head: head_dim % 32 == 0 (head_dim_multiple)
+        if (n % ref::QK8_0 != 0)
+            throw std::invalid_argument("q8_0 query rounding needs whole blocks of 32 values per head");
+        std::vector<ref::BlockQ8_0> blocks(n / ref::QK8_0);
+        ref::quantize_row_q8_0(r.data(), static_cast<int>(n), blocks.data(), q8_0_rounding(declared.q8_0_rounding));
+        ref::dequantize_row_q8_0(blocks.data(), static_cast<int>(n), r.data());
+        return r;
+    }
     if (declared.q != KVC_ROUND_FP8_E4M3 && declared.q != KVC_ROUND_FP8_E5M2) return r;
     const ref::Fp8 f = declared.q == KVC_ROUND_FP8_E5M2 ? ref::Fp8::E5M2 : ref::Fp8::E4M3FN;
     for (float& x : r) x = ref::decode_fp8(ref::encode_fp8(x, f), f); // unscaled, saturating: abi.h
@@ -45,7 +55,8 @@ std::vector<float> queries_as_rounded(const Pipeline& declared, const float* q, 
 OutputVerdict grade_call_outputs(const CacheModel& model, uint32_t seq, uint32_t layer, const Pipeline& declared,
                                  const GradedRows& given, const std::optional<Mismatch>& storage_mismatch) {
     const CaseConfig& cfg = model.config();
-    // a q declared quantized to fp8 is rounded here exactly, before RoPE, and graded with the rest of the pipeline
+    // a q declared quantized to fp8 or q8_0 is rounded here exactly, before RoPE, and graded with the rest of the
+    // pipeline
     const std::vector<float> q =
         queries_as_rounded(declared, given.q, static_cast<size_t>(given.n_rows) * cfg.n_q_heads * cfg.head_dim);
     GradedRows rows = given;

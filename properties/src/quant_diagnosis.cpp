@@ -127,16 +127,40 @@ std::string q8_0_mechanism(const QuantEvidence& e, uint32_t block) {
                    ": a block scale from the wrong block";
     }
     if (got_d == want_d) {
+        // the roundings ggml's kernels use, other than the declared one (the one the expected codes have)
+        struct Kernel {
+            ref::Q8_0Rounding rounding;
+            uint32_t flag;
+            const char* text;
+        };
+        static const Kernel kernels[] = {
+            {ref::Q8_0Rounding::RecipAmaxEven, KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN,
+             "q8_0 codes rounded as ggml's x86 kernel does (x * 127/amax, ties to even): declare "
+             "KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN"},
+            {ref::Q8_0Rounding::RecipDEven, KVC_PIPELINE_Q8_0_RECIP_D_EVEN,
+             "q8_0 codes rounded as ggml's ARM NEON kernel does (x * 1/d, ties to even): declare "
+             "KVC_PIPELINE_Q8_0_RECIP_D_EVEN"},
+            {ref::Q8_0Rounding::GgmlRef, 0,
+             "q8_0 codes rounded as ggml's reference quantize_row_q8_0_ref does (roundf(x * 1/d), half away from "
+             "zero), not as the declared kernel rounding: drop the KVC_PIPELINE_Q8_0_* flag"},
+        };
+        std::vector<ref::BlockQ8_0> mine(1);
+        std::string kernel; // every rounding that reproduces the block (an exact tie alone fits x86 and NEON)
+        for (const Kernel& k : kernels) {
+            if (k.flag == c.q8_0_rounding) continue;
+            ref::quantize_row_q8_0(x, ref::QK8_0, mine.data(), k.rounding);
+            if (mine[0].d == got_d && codes_are(got, ref::QK8_0, [&](uint32_t i) {
+                    return static_cast<uint8_t>(mine[0].qs[i]);
+                }))
+                kernel += (kernel.empty() ? "" : "; or ") + std::string(k.text);
+        }
+        if (!kernel.empty()) return kernel;
         const float dk = d32[block];
         if (dk != 0 && codes_are(got, ref::QK8_0, [&](uint32_t k) { return int8_byte(std::round(x[k] / dk)); }))
             return "codes from x / d instead of ggml's x * (1 / d)";
         const float d16 = ref::f16_value(want_d);
         if (d16 != dk && codes_are(got, ref::QK8_0, [&](uint32_t k) { return q8_code(x[k], d16); }))
             return "codes made with the f16-rounded d instead of ggml's f32 d";
-        if (dk != 0 && codes_are(got, ref::QK8_0, [&](uint32_t k) {
-                return int8_byte(ref::round_half_even(static_cast<double>(x[k] * (1.0f / dk))));
-            }))
-            return "codes rounded half to even instead of ggml's roundf (half away from zero)";
         if (dk != 0 && codes_are(got, ref::QK8_0, [&](uint32_t k) {
                 return int8_byte(std::trunc(static_cast<double>(x[k] * (1.0f / dk))));
             }))

@@ -40,6 +40,12 @@ int int8_code(double v) { return static_cast<int>(std::clamp(ref::round_half_eve
 
 } // namespace
 
+ref::Q8_0Rounding q8_0_rounding(uint32_t flag) {
+    if (flag & KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN) return ref::Q8_0Rounding::RecipAmaxEven;
+    if (flag & KVC_PIPELINE_Q8_0_RECIP_D_EVEN) return ref::Q8_0Rounding::RecipDEven;
+    return ref::Q8_0Rounding::GgmlRef;
+}
+
 size_t scale_bytes_per_head_row(const CaseConfig& cfg) {
     return scales_per_head_row(cfg.cache_dtype, cfg.head_dim) * scale_size(cfg.cache_dtype, cfg.int8_scale_dtype);
 }
@@ -66,7 +72,7 @@ void quantize_head_row(const CaseConfig& cfg, float fp8_scale, const float* x, u
     }
     case KVC_DTYPE_Q8_0: {
         std::vector<ref::BlockQ8_0> blocks(cfg.head_dim / ref::QK8_0);
-        ref::quantize_row_q8_0(x, d, blocks.data());
+        ref::quantize_row_q8_0(x, d, blocks.data(), q8_0_rounding(cfg.q8_0_rounding));
         for (size_t b = 0; b < blocks.size(); ++b) {
             std::memcpy(codes + b * ref::QK8_0, blocks[b].qs, ref::QK8_0);
             std::memcpy(scales + 2 * b, &blocks[b].d, 2);
@@ -163,15 +169,23 @@ bool quantized_row_acceptable(const CaseConfig& cfg, float fp8_scale, const floa
         if (!(ref::f16_value(ref::f16_bits(d_lo)) <= got_d && got_d <= ref::f16_value(ref::f16_bits(d_hi))))
             return false;
         if (got_d == 0) continue; // every value dequantizes to 0 whatever the codes
-        // id = 1 / d for the f32 d the implementation computed, somewhere in [d_lo, d_hi]
-        const float id_a = d_hi != 0 ? 1.0f / d_hi : 0.0f, id_b = d_lo != 0 ? 1.0f / d_lo : INFINITY;
+        // id = 1 / d for the f32 d the implementation computed, somewhere in [d_lo, d_hi]; or, for the x86 kernel,
+        // id = 127 / amax for its amax in [a_lo, a_hi]
+        const ref::Q8_0Rounding rounding = q8_0_rounding(cfg.q8_0_rounding);
+        const bool x86 = rounding == ref::Q8_0Rounding::RecipAmaxEven;
+        const float id_a = x86 ? (a_hi != 0 ? 127.0f / a_hi : 0.0f) : d_hi != 0 ? 1.0f / d_hi : 0.0f;
+        const float id_b = x86 ? (a_lo != 0 ? 127.0f / a_lo : INFINITY) : d_lo != 0 ? 1.0f / d_lo : INFINITY;
+        const auto round = [&](float p) {
+            return rounding == ref::Q8_0Rounding::GgmlRef ? std::round(p)
+                                                          : static_cast<float>(ref::round_half_even(p));
+        };
         const int8_t* q = reinterpret_cast<const int8_t*>(codes + o);
         for (uint32_t i = 0; i < ref::QK8_0; ++i) {
             float c_min = 127, c_max = -127;
             for (float x : {lo[o + i], hi[o + i]})
                 for (float id : {id_a, id_b}) {
                     const float p = std::isinf(id) ? (x > 0 ? 127.0f : x < 0 ? -127.0f : 0.0f) : x * id;
-                    const float c = std::clamp(std::round(p), -127.0f, 127.0f);
+                    const float c = std::clamp(round(p), -127.0f, 127.0f);
                     c_min = std::min(c_min, c);
                     c_max = std::max(c_max, c);
                 }

@@ -53,11 +53,15 @@ int size_for(const RunSettings& s, int index) { // ramp 0..100 like rc::check
 rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, int index, const kvc_caps* limits) {
     kvc_caps allow = full_caps();
     if (limits) {
-        // quantized dtypes only where declared: the cases of an implementation that declares none stay those it
-        // always drew (a seed gives the same cases), and a 1.0/1.1 plugin (quant = 0) is never given one
-        uint32_t quantized = 0;
-        for (uint32_t d = KVC_DTYPE_FP8_E4M3; d <= KVC_DTYPE_Q8_0; ++d) quantized |= 1u << d;
-        allow.dtypes |= limits->dtypes & quantized;
+        // Dtypes and RoPE variants are drawn among the declared ones from the start, not drawn from all and then
+        // filtered to NOT_SUPPORTED: an implementation that declares f32, f16 and bf16 and both RoPE variants (and
+        // any quantized dtypes) draws, seed for seed, the cases it always drew (the lists the generator picks from
+        // are the same, in the same order); a 1.0/1.1 plugin never declares a quantized dtype (target.cpp).
+        uint32_t known = 0;
+        for (uint32_t d = KVC_DTYPE_F32; d <= KVC_DTYPE_Q8_0; ++d) known |= 1u << d;
+        if (limits->dtypes & known) allow.dtypes = limits->dtypes & known; // none declared: f32/f16/bf16, refused
+        allow.rope_variants = limits->rope_variants & ((1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ));
+        allow.pipeline = limits->pipeline; // a q8_0 query (KVC_ROUND_Q8_0) draws head_dim in whole blocks of 32
         allow.quant = limits->quant;
         allow.max_layers = limits->max_layers;
         allow.max_q_heads = limits->max_q_heads;
@@ -92,7 +96,9 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
         return r;
     }
     try {
-        const Outcome o = p.check(t, c);
+        Case declared = c; // the q8_0 rounding the implementation declares decides the codes its cache must hold
+        declared.cfg.q8_0_rounding = declared_pipeline(t.caps).q8_0_rounding;
+        const Outcome o = p.check(t, declared);
         r.headroom = o.headroom;
         r.notes = o.notes;
         r.quant_loss = o.quant_loss;

@@ -78,6 +78,14 @@ Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
     if ((t.caps.dtypes & quantized) && !KVC_API_HAS(api, read_kv_scales))
         throw LoadError(origin + ": declares a quantized cache dtype but the table's read_kv_scales member is NULL "
                                  "(or the table predates ABI 1.2)");
+    // ABI 1.2: one q8_0 rounding or none (ggml's reference); both is no rounding at all
+    if (t.caps.struct_size >= offsetof(kvc_caps, pipeline) + sizeof(kvc_pipeline) &&
+        (t.caps.pipeline.flags & KVC_PIPELINE_DECLARED) &&
+        (t.caps.pipeline.flags & KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN) &&
+        (t.caps.pipeline.flags & KVC_PIPELINE_Q8_0_RECIP_D_EVEN))
+        throw LoadError(origin + ": the pipeline declares both KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN and "
+                                 "KVC_PIPELINE_Q8_0_RECIP_D_EVEN; q8_0 codes are rounded one way: declare at most one "
+                                 "(x86 ggml: RECIP_AMAX_EVEN, ARM NEON ggml: RECIP_D_EVEN, neither: ggml's reference)");
     return t;
 }
 

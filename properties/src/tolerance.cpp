@@ -14,7 +14,7 @@ namespace kvc::prop {
 
 bool Pipeline::operator==(const Pipeline& o) const {
     return q == o.q && rope == o.rope && scores == o.scores && probs == o.probs && accum == o.accum &&
-           output == o.output && new_rows_unrounded == o.new_rows_unrounded;
+           output == o.output && new_rows_unrounded == o.new_rows_unrounded && q8_0_rounding == o.q8_0_rounding;
 }
 
 Pipeline pipeline_preset(uint32_t precision) {
@@ -30,13 +30,16 @@ Pipeline declared_pipeline(const kvc_caps& caps) {
     const kvc_pipeline& a = caps.pipeline;
     const auto ok = [](uint32_t r) { return r <= KVC_ROUND_CACHE ? r : uint32_t{KVC_ROUND_F32}; };
     Pipeline p;
-    p.q = a.q <= KVC_ROUND_FP8_E5M2 ? a.q : uint32_t{KVC_ROUND_F32}; // q alone may be quantized to fp8 (ABI 1.2)
+    p.q = a.q <= KVC_ROUND_Q8_0 ? a.q : uint32_t{KVC_ROUND_F32}; // q alone may be quantized (fp8, q8_0: ABI 1.2)
     p.rope = ok(a.rope);
     p.scores = ok(a.scores);
     p.probs = ok(a.probs);
     p.accum = ok(a.accum);
     p.output = ok(a.output);
     p.new_rows_unrounded = (a.flags & KVC_PIPELINE_NEW_ROWS_UNROUNDED) != 0;
+    // both flags at once are refused when the plugin is loaded (target.cpp); here the x86 one would win
+    if (a.flags & KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN) p.q8_0_rounding = KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN;
+    else if (a.flags & KVC_PIPELINE_Q8_0_RECIP_D_EVEN) p.q8_0_rounding = KVC_PIPELINE_Q8_0_RECIP_D_EVEN;
     return p;
 }
 
@@ -48,7 +51,7 @@ kvc_pipeline to_abi(const Pipeline& p) {
     a.probs = p.probs;
     a.accum = p.accum;
     a.output = p.output;
-    a.flags = KVC_PIPELINE_DECLARED | (p.new_rows_unrounded ? KVC_PIPELINE_NEW_ROWS_UNROUNDED : 0u);
+    a.flags = KVC_PIPELINE_DECLARED | (p.new_rows_unrounded ? KVC_PIPELINE_NEW_ROWS_UNROUNDED : 0u) | p.q8_0_rounding;
     return a;
 }
 
@@ -60,6 +63,16 @@ const char* round_name(uint32_t r) {
     case KVC_ROUND_CACHE: return "cache";
     case KVC_ROUND_FP8_E4M3: return "fp8_e4m3";
     case KVC_ROUND_FP8_E5M2: return "fp8_e5m2";
+    case KVC_ROUND_Q8_0: return "q8_0";
+    }
+    return "unknown";
+}
+
+const char* q8_0_rounding_name(uint32_t flag) {
+    switch (flag) {
+    case 0: return "ref";
+    case KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN: return "x86";
+    case KVC_PIPELINE_Q8_0_RECIP_D_EVEN: return "neon";
     }
     return "unknown";
 }
@@ -67,15 +80,15 @@ const char* round_name(uint32_t r) {
 namespace {
 
 uint32_t round_from_name(const std::string& s, bool q_stage) {
-    for (uint32_t r = 0; r <= (q_stage ? KVC_ROUND_FP8_E5M2 : KVC_ROUND_CACHE); ++r)
+    for (uint32_t r = 0; r <= (q_stage ? KVC_ROUND_Q8_0 : KVC_ROUND_CACHE); ++r)
         if (s == round_name(r)) return r;
     throw std::invalid_argument("pipeline: stage dtype \"" + s + "\" is not one of f32, f16, bf16, cache" +
-                                (q_stage ? ", fp8_e4m3, fp8_e5m2" : " (fp8 only for q)"));
+                                (q_stage ? ", fp8_e4m3, fp8_e5m2, q8_0" : " (fp8 and q8_0 only for q)"));
 }
 
 // The dtype a stage rounds to for a given cache dtype. A quantized cache's own dtype is f32 here: its values are
-// dequantized to f32 before any arithmetic. An fp8 q is rounded exactly by the oracle (output_grade.cpp), so the
-// bound adds nothing for it either.
+// dequantized to f32 before any arithmetic. An fp8 or q8_0 q is rounded exactly by the oracle (output_grade.cpp),
+// so the bound adds nothing for it either.
 uint32_t resolve(uint32_t r, uint32_t cache_dtype) {
     switch (r) {
     case KVC_ROUND_F16: return KVC_DTYPE_F16;
@@ -99,12 +112,14 @@ std::string pipeline_name(const Pipeline& p) {
     std::string base;
     Pipeline plain = p;
     plain.new_rows_unrounded = false;
+    plain.q8_0_rounding = 0;
     if (plain == pipeline_preset(KVC_PRECISION_F32)) base = "f32";
     else if (plain == pipeline_preset(KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE)) base = kPresetQAccum;
     else
         base = std::string("q=") + round_name(p.q) + " rope=" + round_name(p.rope) + " scores=" +
                round_name(p.scores) + " probs=" + round_name(p.probs) + " accum=" + round_name(p.accum) +
                " out=" + round_name(p.output);
+    if (p.q8_0_rounding) base += std::string(" q8_0-rounding=") + q8_0_rounding_name(p.q8_0_rounding);
     return p.new_rows_unrounded ? base + " new-rows-unrounded" : base;
 }
 
@@ -115,9 +130,11 @@ bool pipeline_is_f32(const Pipeline& p, uint32_t cache_dtype) {
 }
 
 nlohmann::json to_json(const Pipeline& p) {
-    return {{"q", round_name(p.q)},         {"rope", round_name(p.rope)},     {"scores", round_name(p.scores)},
+    nlohmann::json j = {{"q", round_name(p.q)},         {"rope", round_name(p.rope)},     {"scores", round_name(p.scores)},
             {"probs", round_name(p.probs)}, {"accum", round_name(p.accum)},   {"output", round_name(p.output)},
             {"new_rows_unrounded", p.new_rows_unrounded}};
+    if (p.q8_0_rounding) j["q8_0_rounding"] = q8_0_rounding_name(p.q8_0_rounding);
+    return j;
 }
 
 Pipeline pipeline_from_json(const nlohmann::json& j) {
@@ -142,12 +159,22 @@ Pipeline pipeline_from_json(const nlohmann::json& j) {
     stage("output", p.output);
     for (auto it = j.begin(); it != j.end(); ++it)
         if (it.key() != "q" && it.key() != "rope" && it.key() != "scores" && it.key() != "probs" &&
-            it.key() != "accum" && it.key() != "output" && it.key() != "new_rows_unrounded")
+            it.key() != "accum" && it.key() != "output" && it.key() != "new_rows_unrounded" &&
+            it.key() != "q8_0_rounding")
             throw std::invalid_argument("pipeline: unknown stage \"" + it.key() + "\"");
     if (j.contains("new_rows_unrounded")) {
         if (!j["new_rows_unrounded"].is_boolean())
             throw std::invalid_argument("pipeline: \"new_rows_unrounded\" must be true or false");
         p.new_rows_unrounded = j["new_rows_unrounded"].get<bool>();
+    }
+    if (j.contains("q8_0_rounding")) {
+        const nlohmann::json& r = j["q8_0_rounding"];
+        if (r == "ref") p.q8_0_rounding = 0;
+        else if (r == "x86") p.q8_0_rounding = KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN;
+        else if (r == "neon") p.q8_0_rounding = KVC_PIPELINE_Q8_0_RECIP_D_EVEN;
+        else
+            throw std::invalid_argument("pipeline: \"q8_0_rounding\" must be \"ref\" (ggml's quantize_row_q8_0_ref), "
+                                        "\"x86\" (x * 127/amax, ties to even) or \"neon\" (x * 1/d, ties to even)");
     }
     return p;
 }
@@ -171,7 +198,10 @@ constexpr double kSafety = 2.2;
 double element_bound(const CaseConfig& cfg, const Pipeline& p, const Expected& e, size_t o, uint32_t n) {
     const uint32_t dt = cfg.cache_dtype, d = cfg.head_dim;
     const double u32 = 0x1p-24;
-    const double u_q = p.q == KVC_ROUND_F32 || p.q == KVC_ROUND_FP8_E4M3 || p.q == KVC_ROUND_FP8_E5M2 ? 0.0 : u_of(p.q, dt);
+    const double u_q = p.q == KVC_ROUND_F32 || p.q == KVC_ROUND_FP8_E4M3 || p.q == KVC_ROUND_FP8_E5M2 ||
+                               p.q == KVC_ROUND_Q8_0
+                           ? 0.0
+                           : u_of(p.q, dt);
     const double u_r = u_of(p.rope, dt), u_s = u_of(p.scores, dt), u_p = u_of(p.probs, dt);
     const double u_a = u_of(p.accum, dt), u_o = u_of(p.output, dt);
     const bool rope = cfg.rope != KVC_ROPE_NONE;

@@ -273,15 +273,21 @@ TEST_F(Cli, NanOutputIsAFailNotAnError) {
     EXPECT_GT(count_of(rep, "FAIL"), 0);
     EXPECT_EQ(count_of(rep, "ERROR"), 0);
     std::string file;
+    int nan_cases = 0;
     for (const auto& c : rep.at("implementations").at(0).at("cases")) {
         if (c.at("verdict") != "FAIL") continue;
         EXPECT_EQ(c.at("failed_property"), "EQUIV");
         const auto& m = c.at("mismatch");
+        // a call's earlier new tokens read the next new row (finite, wrong); only the last one reads the NaN slack
+        // row, and EQUIV grades a sample of a long call's rows: a case may fail on a finite value
+        if (c.at("reason").get<std::string>().rfind("NaN in the output", 0) != 0) continue;
+        ++nan_cases;
         EXPECT_EQ(m.at("actual"), "NaN") << m.dump();
         EXPECT_TRUE(m.at("expected").is_number()) << m.dump();
         for (const char* k : {"op", "seq", "layer", "pos", "head", "dim"}) EXPECT_GE(m.at(k).get<int>(), 0) << k;
         if (file.empty()) file = c.at("replay_file").get<std::string>();
     }
+    EXPECT_GT(nan_cases, 0) << "no FAIL was a NaN";
     const std::string xml = read_file(path("junit.xml"));
     const XmlCheck x = check_xml(xml);
     EXPECT_TRUE(x.ok) << x.problem;

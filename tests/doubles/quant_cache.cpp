@@ -25,6 +25,10 @@
 #define QUANT_INT8_TRUNC 7      // int8 codes rounded toward zero: CACHE-CONTENT
 #define QUANT_Q8_WRONG_BLOCK 8  // q8_0 block b quantized with block b+1's scale: CACHE-CONTENT
 #define QUANT_NEW_ROWS_RAW 9    // a call's own new rows attended before quantization (undeclared): EQUIV
+#define QUANT_Q8_X86 10         // correct: q8_0 codes rounded as ggml's x86 kernel, KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN
+#define QUANT_Q8_X86_UNDECLARED 11 // the same codes, the flag not declared: CACHE-CONTENT
+#define QUANT_Q8_QUERY 12       // correct: q quantized to q8_0 before attention, declared q = KVC_ROUND_Q8_0
+#define QUANT_Q8_QUERY_UNDECLARED 13 // the same arithmetic, q declared f32: EQUIV
 
 namespace {
 
@@ -66,7 +70,11 @@ uint32_t declared_dtypes() {
     case QUANT_HEAD_BY_QUERY: return kFp8;
     case QUANT_FNUZ: return 1u << KVC_DTYPE_FP8_E4M3;
     case QUANT_INT8_TRUNC: return 1u << KVC_DTYPE_INT8_TOKEN;
-    case QUANT_Q8_WRONG_BLOCK: return 1u << KVC_DTYPE_Q8_0;
+    case QUANT_Q8_WRONG_BLOCK:
+    case QUANT_Q8_X86:
+    case QUANT_Q8_X86_UNDECLARED:
+    case QUANT_Q8_QUERY:
+    case QUANT_Q8_QUERY_UNDECLARED: return 1u << KVC_DTYPE_Q8_0;
     default: return kAllQuantized;
     }
 }
@@ -79,8 +87,18 @@ void get_caps(kvc_caps* out) {
     if (KVC_QUANT_DOUBLE == QUANT_HEAD_BY_QUERY) c.quant = KVC_QUANT_FP8_SCALE_KV_HEAD;
     if (KVC_QUANT_DOUBLE == QUANT_SCALE_TWICE || KVC_QUANT_DOUBLE == QUANT_K_SCALE_FOR_V)
         c.quant = KVC_QUANT_FP8_SCALE_TENSOR | KVC_QUANT_FP8_SCALE_KV_HEAD;
+    if (KVC_QUANT_DOUBLE == QUANT_Q8_X86) {
+        c.pipeline.flags = KVC_PIPELINE_DECLARED | KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN; // all stages f32
+    }
+    if (KVC_QUANT_DOUBLE == QUANT_Q8_QUERY) {
+        c.pipeline.q = KVC_ROUND_Q8_0;
+        c.pipeline.flags = KVC_PIPELINE_DECLARED;
+    }
     kvc::dbl::put_caps(out, c);
 }
+
+constexpr bool kX86Codes = KVC_QUANT_DOUBLE == QUANT_Q8_X86 || KVC_QUANT_DOUBLE == QUANT_Q8_X86_UNDECLARED;
+constexpr bool kQ8Query = KVC_QUANT_DOUBLE == QUANT_Q8_QUERY || KVC_QUANT_DOUBLE == QUANT_Q8_QUERY_UNDECLARED;
 
 kvc_status create(const kvc_config* cfg, kvc_cache** out) {
     if (!cfg || !out || cfg->n_kv_heads == 0 || cfg->head_dim == 0 || cfg->n_q_heads % cfg->n_kv_heads != 0 ||
@@ -156,7 +174,8 @@ void quantize(const Cache& c, uint32_t which, uint32_t layer, uint32_t g, const 
     }
     const uint32_t nb = d / ref::QK8_0;
     std::vector<ref::BlockQ8_0> blocks(nb);
-    ref::quantize_row_q8_0(x, static_cast<int>(d), blocks.data());
+    ref::quantize_row_q8_0(x, static_cast<int>(d), blocks.data(),
+                           kX86Codes ? ref::Q8_0Rounding::RecipAmaxEven : ref::Q8_0Rounding::GgmlRef);
     if (KVC_QUANT_DOUBLE == QUANT_Q8_WRONG_BLOCK && nb > 1) { // the bug: block b's scale from block b + 1
         std::vector<float> amax(nb, 0.f);
         for (uint32_t b = 0; b < nb; ++b)
@@ -267,6 +286,11 @@ kvc_status append_attend(kvc_cache* h, uint32_t seq, uint32_t layer, uint32_t n_
         for (uint32_t hq = g * (Hq / Hkv); hq < (g + 1) * (Hq / Hkv); ++hq)
             for (uint32_t i = 0; i < n_new; ++i) {
                 std::memcpy(qh.data(), q + (static_cast<size_t>(i) * Hq + hq) * d, d * sizeof(float));
+                if (kQ8Query) { // ggml's CPU flash attention: q to the K type's vec_dot_type, before RoPE
+                    std::vector<ref::BlockQ8_0> qb(d / ref::QK8_0);
+                    ref::quantize_row_q8_0(qh.data(), static_cast<int>(d), qb.data());
+                    ref::dequantize_row_q8_0(qb.data(), static_cast<int>(d), qh.data());
+                }
                 rotate(*c, qh.data(), before + i);
                 const uint32_t n = before + i + 1;
                 w.assign(n, 0.f);

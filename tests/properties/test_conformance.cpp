@@ -5,6 +5,7 @@
 
 #include "implementations.hpp"
 #include "kvcheck/abi.hpp"
+#include "kvcheck/properties/properties.hpp"
 #include "kvcheck/properties/runner.hpp"
 
 #include <cmath>
@@ -14,6 +15,32 @@
 namespace {
 
 using namespace kvc::prop;
+
+// The runner draws a case's dtype and RoPE variant among those declared (runner.cpp), so a narrow declaration is not
+// mostly NOT_SUPPORTED; an implementation that declares f32, f16, bf16 and both RoPE variants draws, seed for seed,
+// what a run with no declaration at all draws (the cases it always drew).
+TEST(Generators, DrawDtypeAndRopeInsideTheDeclaration) {
+    RunSettings s;
+    s.cases = 30;
+    kvc_caps narrow = full_caps();
+    narrow.dtypes = 1u << KVC_DTYPE_F16;
+    narrow.rope_variants = 0;
+    kvc_caps gptj = full_caps();
+    gptj.dtypes = (1u << KVC_DTYPE_F32) | (1u << KVC_DTYPE_BF16);
+    gptj.rope_variants = 1u << KVC_ROPE_GPTJ;
+    const kvc_caps everything = full_caps();
+    for (const Property& p : properties())
+        for (int i = 0; i < s.cases; ++i) {
+            const Case a = generate_case(p, s, i, &narrow);
+            EXPECT_EQ(a.cfg.cache_dtype, uint32_t{KVC_DTYPE_F16}) << p.id << "/" << i;
+            EXPECT_EQ(a.cfg.rope, uint32_t{KVC_ROPE_NONE}) << p.id << "/" << i;
+            const Case b = generate_case(p, s, i, &gptj);
+            EXPECT_NE(b.cfg.cache_dtype, uint32_t{KVC_DTYPE_F16}) << p.id << "/" << i;
+            EXPECT_NE(b.cfg.rope, uint32_t{KVC_ROPE_NEOX}) << p.id << "/" << i;
+            EXPECT_EQ(to_json(generate_case(p, s, i, &everything)), to_json(generate_case(p, s, i, nullptr)))
+                << p.id << "/" << i;
+        }
+}
 
 class Conformance : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 

@@ -108,8 +108,9 @@ TEST(Doubles, HeadDimMultiplesAreRespected) {
         EXPECT_FALSE(kvc::testing::first_failure(t, id, 30, &passed).has_value()) << id;
         EXPECT_GT(passed, 0) << id;
     }
-    // with RoPE the multiple is 16: drawn from every capability within these limits
+    // with RoPE the multiple is 16 (RoPE is drawn where declared: both variants here)
     kvc_caps limits{};
+    limits.rope_variants = (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ);
     limits.head_dim_multiple = 8;
     limits.head_dim_multiple_rope = 16;
     RunSettings s;

@@ -9,12 +9,14 @@
 #include "kvcheck/properties/output_grade.hpp"
 #include "kvcheck/properties/tolerance.hpp"
 #include "kvcheck/properties/quant_rows.hpp"
+#include "kvcheck/properties/target.hpp"
 #include "kvcheck/reference/dtype.hpp"
 #include "kvcheck/reference/quantize.hpp"
 #include "kvcheck/reference/rope.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -445,6 +447,133 @@ TEST(QuantDiagnosis, Int8AndQ8_0Mechanisms) {
     contains(f.text, "a block scale from the wrong block");
 }
 
+
+// ---- q8_0 as ggml's kernels round it (KVC_PIPELINE_Q8_0_*), and the q8_0 query (pipeline.q = KVC_ROUND_Q8_0) ----
+
+TEST(QuantQ8_0Rounding, TheDeclarationInTheAbiAndInJson) {
+    kvc_caps caps{};
+    caps.struct_size = sizeof caps;
+    caps.pipeline.flags = KVC_PIPELINE_DECLARED | KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN;
+    caps.pipeline.q = KVC_ROUND_Q8_0;
+    const Pipeline p = declared_pipeline(caps);
+    EXPECT_EQ(p.q, uint32_t{KVC_ROUND_Q8_0});
+    EXPECT_EQ(p.q8_0_rounding, uint32_t{KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN});
+    EXPECT_EQ(to_abi(p).flags, KVC_PIPELINE_DECLARED | KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN);
+    const nlohmann::json j = to_json(p);
+    EXPECT_EQ(j["q"], "q8_0");
+    EXPECT_EQ(j["q8_0_rounding"], "x86");
+    EXPECT_EQ(pipeline_from_json(j), p);
+    contains(pipeline_name(p), "q=q8_0");
+    contains(pipeline_name(p), "q8_0-rounding=x86");
+    EXPECT_EQ(pipeline_from_json(nlohmann::json{{"q8_0_rounding", "neon"}}).q8_0_rounding,
+              uint32_t{KVC_PIPELINE_Q8_0_RECIP_D_EVEN});
+    EXPECT_EQ(pipeline_from_json(nlohmann::json{{"q8_0_rounding", "ref"}}).q8_0_rounding, 0u);
+    EXPECT_THROW(pipeline_from_json(nlohmann::json{{"q8_0_rounding", "avx"}}), std::invalid_argument);
+    EXPECT_THROW(pipeline_from_json(nlohmann::json{{"accum", "q8_0"}}), std::invalid_argument);
+    EXPECT_FALSE(to_json(Pipeline{}).contains("q8_0_rounding")); // absent when none is declared
+    // a q8_0 query needs whole blocks per head: cases are drawn (and filtered) with head_dim a multiple of 32
+    EXPECT_EQ(head_dim_multiple(caps, false), 32u);
+    caps.head_dim_multiple = 48;
+    EXPECT_EQ(head_dim_multiple(caps, false), 96u);
+    caps.pipeline.q = KVC_ROUND_F32;
+    EXPECT_EQ(head_dim_multiple(caps, false), 48u);
+}
+
+// A plugin table whose pipeline declares both q8_0 roundings.
+void both_roundings_caps(kvc_caps* out) {
+    kvc_caps c{};
+    c.struct_size = sizeof c;
+    c.dtypes = 1u << KVC_DTYPE_F32;
+    c.pipeline.flags = KVC_PIPELINE_DECLARED | KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN | KVC_PIPELINE_Q8_0_RECIP_D_EVEN;
+    std::memcpy(out, &c, std::min<size_t>(out->struct_size, sizeof c));
+}
+
+TEST(QuantQ8_0Rounding, BothFlagsAreRefusedAtLoad) {
+    static kvc_plugin_api api = *kvc::testing::load_implementation("example").api;
+    api.get_caps = both_roundings_caps;
+    const kvc_entry_fn entry = [](uint32_t, uint32_t) -> const kvc_plugin_api* { return &api; };
+    try {
+        (void)target_from_entry(entry, "both");
+        ADD_FAILURE() << "a table declaring both q8_0 roundings was loaded";
+    } catch (const LoadError& e) {
+        contains(e.what(), "both KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN and KVC_PIPELINE_Q8_0_RECIP_D_EVEN");
+    }
+}
+
+TEST(QuantQ8_0Rounding, AQ8_0QueryIsRoundedExactlyWithTheDeclaredRounding) {
+    std::vector<float> q = row_values(64, 21);
+    q[5] = 0.5f * q[0]; // a few exact ties under some reciprocal are not needed: the comparison is bitwise
+    for (uint32_t flag : {0u, unsigned{KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN}, unsigned{KVC_PIPELINE_Q8_0_RECIP_D_EVEN}}) {
+        Pipeline p;
+        p.q = KVC_ROUND_Q8_0;
+        p.q8_0_rounding = flag;
+        std::vector<ref::BlockQ8_0> b(2);
+        ref::quantize_row_q8_0(q.data(), 64, b.data(), q8_0_rounding(flag));
+        std::vector<float> want(64);
+        ref::dequantize_row_q8_0(b.data(), 64, want.data());
+        EXPECT_EQ(queries_as_rounded(p, q.data(), q.size()), want) << q8_0_rounding_name(flag);
+    }
+    Pipeline p;
+    p.q = KVC_ROUND_Q8_0;
+    EXPECT_THROW(queries_as_rounded(p, q.data(), 48), std::invalid_argument);
+    // no tolerance is added for it
+    const CaseConfig c = config(KVC_DTYPE_Q8_0, 32, 1);
+    const std::vector<float> qq = row_values(2 * 32, 9), k = row_values(32, 10), v = row_values(32, 11);
+    const Expected e = expect_outputs(c, qq.data(), 1, k, v, 1);
+    EXPECT_EQ(allowed_errors(c, p, e), allowed_errors(c, Pipeline{}, e));
+}
+
+// A block of values with exact ties under x86's 127 / amax: amax 127 gives id 1 exactly, and x = k + 1/2.
+std::vector<float> tie_row(uint32_t d) {
+    std::vector<float> x = row_values(d, 31);
+    for (uint32_t b = 0; b < d / 32; ++b) {
+        x[b * 32] = 127.0f;
+        for (uint32_t i = 1; i < 32; ++i) x[b * 32 + i] = std::round(x[b * 32 + i] * 30.0f) + 0.5f; // ties
+    }
+    return x;
+}
+
+TEST(QuantQ8_0Rounding, TheExpectedCodesFollowTheDeclaredRoundingAndTheDiagnosisNamesIt) {
+    Row r;
+    r.cfg = config(KVC_DTYPE_Q8_0, 64);
+    r.x = tie_row(64);
+    r.want_c.resize(64);
+    r.want_s.resize(4);
+    quantize_head_row(r.cfg, 1.0f, r.x.data(), r.want_c.data(), r.want_s.data()); // the reference: away from zero
+    std::vector<ref::BlockQ8_0> b(2);
+    ref::quantize_row_q8_0(r.x.data(), 64, b.data(), ref::Q8_0Rounding::RecipAmaxEven);
+    r.got_c.resize(64);
+    r.got_s.resize(4);
+    for (uint32_t k = 0; k < 2; ++k) {
+        std::memcpy(r.got_c.data() + 32 * k, b[k].qs, 32);
+        std::memcpy(r.got_s.data() + 2 * k, &b[k].d, 2);
+    }
+    ASSERT_NE(r.got_c, r.want_c);
+    EXPECT_FALSE(quantized_row_equal(r.cfg, r.want_c.data(), r.want_s.data(), r.got_c.data(), r.got_s.data()));
+    // undeclared: both kernels reproduce an exact tie (127 / amax = 1 / d = 1 here), both are named
+    std::string text = r.diagnose().text;
+    contains(text, "ggml's x86 kernel does (x * 127/amax, ties to even): declare KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN");
+    contains(text, "KVC_PIPELINE_Q8_0_RECIP_D_EVEN");
+    // the RoPE interval rule with the reference's rounding: a tie at a point interval is not x86's code
+    EXPECT_FALSE(quantized_row_acceptable(r.cfg, 1.0f, r.x.data(), r.x.data(), r.got_c.data(), r.got_s.data()));
+    // declared: the expected codes are x86's, and the interval rule accepts them
+    r.cfg.q8_0_rounding = KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN;
+    std::vector<uint8_t> c2(64), s2(4);
+    quantize_head_row(r.cfg, 1.0f, r.x.data(), c2.data(), s2.data());
+    EXPECT_EQ(c2, r.got_c);
+    EXPECT_EQ(s2, r.got_s);
+    EXPECT_TRUE(quantized_row_acceptable(r.cfg, 1.0f, r.x.data(), r.x.data(), r.got_c.data(), r.got_s.data()));
+    EXPECT_FALSE(quantized_row_acceptable(r.cfg, 1.0f, r.x.data(), r.x.data(), r.want_c.data(), r.want_s.data()));
+    // declared x86, stored as the reference: the diagnosis says to drop the flag
+    Row back = r;
+    back.want_c = c2;
+    back.want_s = s2;
+    back.got_c = r.want_c;
+    back.got_s = r.want_s;
+    contains(back.diagnose().text, "ggml's reference quantize_row_q8_0_ref");
+    contains(back.diagnose().text, "drop the KVC_PIPELINE_Q8_0_* flag");
+}
+
 // ---- the doubles, end to end ----
 
 using kvc::testing::first_failure;
@@ -496,6 +625,39 @@ TEST(QuantDoubles, NewRowsAttendedBeforeQuantizationFailEquivByName) {
     int passed = 0;
     EXPECT_FALSE(first_failure(t, "CACHE-CONTENT", 20, &passed).has_value());
     EXPECT_GT(passed, 0);
+}
+
+} // namespace
+
+namespace {
+
+TEST(QuantDoubles, Q8_0RoundedAsX86PassesOnlyWhenDeclared) {
+    const auto t = load_implementation("double-quant_q8_x86");
+    for (const char* id : {"EQUIV", "CACHE-CONTENT", "APPEND-ONLY"}) {
+        int passed = 0;
+        const auto r = first_failure(t, id, 24, &passed);
+        EXPECT_FALSE(r.has_value()) << id << ": " << (r ? r->reason : "");
+        EXPECT_GT(passed, 0) << id;
+    }
+    const auto u = load_implementation("double-quant_q8_x86_undeclared");
+    const auto r = first_failure(u, "CACHE-CONTENT", 200); // differences are rare: ties, or a reciprocal ulp
+    ASSERT_TRUE(r.has_value()) << "x86 rounding undeclared was not caught";
+    EXPECT_EQ(r->failed_property, "CACHE-CONTENT");
+    contains(r->reason, "declare KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN");
+}
+
+TEST(QuantDoubles, AQ8_0QueryPassesEquivOnlyWhenDeclared) {
+    const auto t = load_implementation("double-quant_q8_query");
+    for (const char* id : {"EQUIV", "CACHE-CONTENT", "GQA"}) {
+        int passed = 0;
+        const auto r = first_failure(t, id, 24, &passed);
+        EXPECT_FALSE(r.has_value()) << id << ": " << (r ? r->reason : "");
+        EXPECT_GT(passed, 0) << id;
+    }
+    const auto u = load_implementation("double-quant_q8_query_undeclared");
+    const auto r = first_failure(u, "EQUIV", 40);
+    ASSERT_TRUE(r.has_value()) << "a q8_0 query declared f32 was not caught";
+    EXPECT_EQ(r->failed_property, "EQUIV");
 }
 
 } // namespace

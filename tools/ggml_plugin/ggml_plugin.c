@@ -21,8 +21,10 @@
  *  - output: accumulator * (1 / sum) in f32.
  * A q8_0 cache always takes that path. An f16 cache takes ggml's tiled path for 64 or more new tokens, with q and
  * the accumulator in f32, more precise than declared. get_caps declares the q8_0 pipeline, or the f16 one when
- * KVCHECK_GGML_CACHE=f16 (the ABI has one pipeline per plugin). ggml runs on one thread here: the result does not
- * depend on the thread count on this path (each query row is one thread's loop), and the harness machine is shared.
+ * KVCHECK_GGML_CACHE=f16 (the ABI has one pipeline per plugin), and for q8_0 how ggml's kernel of this architecture
+ * rounds q8_0 codes (GP_Q8_0_ROUNDING: x86 ties to even of x * 127/amax, NEON ties to even of x * 1/d). ggml runs
+ * on one thread here: the result does not depend on the thread count on this path (each query row is one thread's
+ * loop), and the harness machine is shared.
  *
  * Memory: every K/V tensor lives in one ggml context whose buffer we calloc at create (on the malloc heap, where
  * the NO-Q watch sees it), sized for max_seqs x n_layers x max_tokens rows. Rows holding live tokens are capacity,
@@ -93,6 +95,18 @@ static int serve_f16(void) {
     return want != NULL && strcmp(want, "f16") == 0;
 }
 
+/* How ggml's CPU quantize_row_q8_0 rounds the codes it stores (and q, under KVC_ROUND_Q8_0): its x86 AVX/AVX2
+   kernel (arch/x86/quants.c) multiplies by 127 / amax and rounds ties to even, its ARM NEON kernel (arch/arm/quants.c)
+   multiplies by 1 / d and rounds ties to even; ggml's generic build runs the reference (no flag). tools/setup-ggml.sh
+   builds the x86 kernel on x86-64 (GGML_NATIVE=OFF: AVX2) and the NEON one on aarch64. */
+#if defined(__x86_64__) || defined(__i386__)
+#define GP_Q8_0_ROUNDING KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define GP_Q8_0_ROUNDING KVC_PIPELINE_Q8_0_RECIP_D_EVEN
+#else
+#define GP_Q8_0_ROUNDING 0u
+#endif
+
 static void gp_get_caps(kvc_caps* out) {
     const int f16 = serve_f16();
     kvc_caps caps;
@@ -117,7 +131,7 @@ static void gp_get_caps(kvc_caps* out) {
     caps.pipeline.probs = KVC_ROUND_F32;
     caps.pipeline.accum = f16 ? KVC_ROUND_F16 : KVC_ROUND_F32;
     caps.pipeline.output = KVC_ROUND_F32;
-    caps.pipeline.flags = KVC_PIPELINE_DECLARED;
+    caps.pipeline.flags = KVC_PIPELINE_DECLARED | (f16 ? 0u : GP_Q8_0_ROUNDING);
     n = out->struct_size < sizeof caps ? out->struct_size : sizeof caps;
     memcpy(out, &caps, n);
 }

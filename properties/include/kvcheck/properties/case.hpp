@@ -30,6 +30,10 @@ struct CaseConfig {
     uint32_t kv_scale_mode = KVC_SCALE_NONE; // kvc_scale_mode
     std::vector<float> k_scales, v_scales;
     uint32_t int8_scale_dtype = KVC_DTYPE_F32;
+    // Not part of the case (never in its JSON): how the implementation under test declares its q8_0 codes rounded,
+    // 0 (ggml's quantize_row_q8_0_ref), KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN or KVC_PIPELINE_Q8_0_RECIP_D_EVEN.
+    // evaluate_case sets it from the declared pipeline; the cache model's expected codes follow it.
+    uint32_t q8_0_rounding = 0;
 
     float scale() const; // softmax_scale, or 1/sqrt(head_dim) rounded to float once, here
     // The ABI config. Its k_scales / v_scales point into this CaseConfig's vectors: the result is valid only while
@@ -75,7 +79,8 @@ size_t scales_expected(const CaseConfig& c);
 // Capabilities a case needs, as a kvc_caps with the needed bits and the largest sizes it uses; for a quantized
 // dtype the KVC_QUANT_* bits its scale form needs (quant, which a 1.0/1.1 plugin's caps hold as 0).
 kvc_caps required_caps(const Case& c);
-// The head_dim multiple `caps` demand for a case with or without RoPE (1: any head_dim).
+// The head_dim multiple `caps` demand for a case with or without RoPE (1: any head_dim). A pipeline that declares q
+// rounded to q8_0 (KVC_ROUND_Q8_0) demands whole blocks of 32 per head besides: the multiple is lcm(declared, 32).
 uint32_t head_dim_multiple(const kvc_caps& caps, bool rope);
 // Names of what `needed` asks for and `have` lacks; empty when the case is supported. Besides features and limits,
 // the head_dim granularity of ABI 1.1: `needed` carries the case's head_dim in max_head_dim and its RoPE variant in

@@ -39,8 +39,9 @@ OutputVerdict grade_call_outputs(const CacheModel& model, uint32_t seq, uint32_t
                                  const GradedRows& rows, const std::optional<Mismatch>& storage_mismatch);
 
 // The queries as the declared pipeline's q stage rounds them before anything else: a copy of q [n floats], each
-// quantized to fp8 (unscaled, saturating; the reference encoder) when pipeline.q is KVC_ROUND_FP8_*, else as given
-// (16-bit q stages are covered by the bound instead).
+// quantized to fp8 (unscaled, saturating; the reference encoder) when pipeline.q is KVC_ROUND_FP8_*, to q8_0 blocks
+// of 32 and dequantized, rounded as pipeline.q8_0_rounding declares, when it is KVC_ROUND_Q8_0 (n and so head_dim a
+// multiple of 32: std::invalid_argument otherwise), else as given (16-bit q stages are covered by the bound instead).
 std::vector<float> queries_as_rounded(const Pipeline& declared, const float* q, size_t n);
 
 // The expectation of the graded rows over the first `history` rows of (seq, layer) as the model holds them.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "kvcheck/properties/case.hpp"
+#include "kvcheck/reference/quantize.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -14,11 +15,16 @@
 
 namespace kvc::prop {
 
+// The reference's rounding of q8_0 codes for a declared flag (CaseConfig::q8_0_rounding, Pipeline::q8_0_rounding):
+// 0 GgmlRef, KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN RecipAmaxEven, KVC_PIPELINE_Q8_0_RECIP_D_EVEN RecipDEven.
+ref::Q8_0Rounding q8_0_rounding(uint32_t flag);
+
 // Bytes of the scales stored with one head row (read_kv_scales): scales_per_head_row * scale_size.
 size_t scale_bytes_per_head_row(const CaseConfig& cfg);
 
 // x [head_dim] -> codes [head_dim], scales [scale_bytes_per_head_row]. fp8_scale: the config's scale of the row's
-// tensor, layer and KV head (CaseConfig::fp8_scale); ignored for int8 and q8_0.
+// tensor, layer and KV head (CaseConfig::fp8_scale); ignored for int8 and q8_0. q8_0 codes are rounded as
+// cfg.q8_0_rounding declares.
 void quantize_head_row(const CaseConfig& cfg, float fp8_scale, const float* x, uint8_t* codes, uint8_t* scales);
 
 // codes, scales -> out [head_dim], as the reference dequantizes.
@@ -30,7 +36,8 @@ void dequantize_head_row(const CaseConfig& cfg, const uint8_t* codes, const uint
 //   int8   the stored scale lies between the kept scales of the smallest and largest absmax the intervals allow,
 //          and each code between round(lo / s) and round(hi / s) under the row's stored scale s;
 //   q8_0   per block: the stored d between the f16 d of those absmax ends, and each code between the roundings of
-//          lo * id and hi * id for every id = 1 / d the f32 d of those ends allows.
+//          lo * id and hi * id for every id the absmax ends allow: id = 1 / d of the f32 d (ggml's reference, NEON)
+//          or 127 / amax (x86), rounded as cfg.q8_0_rounding declares (half away from zero, or ties to even).
 // The per-element conditions ignore that one x fixes every code and the scale together: the rule accepts a
 // superset of what any rotation inside the intervals stores, so it never rejects a correct cache.
 bool quantized_row_acceptable(const CaseConfig& cfg, float fp8_scale, const float* lo, const float* hi,

@@ -25,6 +25,9 @@ struct Pipeline {
     uint32_t q = KVC_ROUND_F32, rope = KVC_ROUND_F32, scores = KVC_ROUND_F32, probs = KVC_ROUND_F32,
              accum = KVC_ROUND_F32, output = KVC_ROUND_F32;
     bool new_rows_unrounded = false; // KVC_PIPELINE_NEW_ROWS_UNROUNDED
+    // ABI 1.2: how q8_0 codes are rounded (the cache's, and q's under q = KVC_ROUND_Q8_0): 0 for ggml's reference
+    // quantize_row_q8_0_ref, or the one flag KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN / KVC_PIPELINE_Q8_0_RECIP_D_EVEN.
+    uint32_t q8_0_rounding = 0;
     bool operator==(const Pipeline& o) const;
 };
 
@@ -38,9 +41,12 @@ kvc_pipeline to_abi(const Pipeline& p); // flags include KVC_PIPELINE_DECLARED
 std::string pipeline_name(const Pipeline& p);
 // True when no stage rounds below f32 for this cache dtype.
 bool pipeline_is_f32(const Pipeline& p, uint32_t cache_dtype);
-nlohmann::json to_json(const Pipeline& p); // {"q": "f16", ..., "new_rows_unrounded": false}
+// {"q": "f16", ..., "new_rows_unrounded": false}, and "q8_0_rounding": "x86" or "neon" when one is declared
+nlohmann::json to_json(const Pipeline& p);
 Pipeline pipeline_from_json(const nlohmann::json& j); // also accepts a preset name string; throws invalid_argument
-const char* round_name(uint32_t r);                    // "f32", "f16", "bf16", "cache"
+const char* round_name(uint32_t r); // "f32", "f16", "bf16", "cache", and for q "fp8_e4m3", "fp8_e5m2", "q8_0"
+// "ref" (0), "x86" (KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN), "neon" (KVC_PIPELINE_Q8_0_RECIP_D_EVEN)
+const char* q8_0_rounding_name(uint32_t flag);
 
 // The floor on the relative error: 1e-5 for an all-f32 pipeline, else the unit roundoff of the narrowest stage
 // (f16 2^-11, bf16 2^-8): below it no 16-bit pipeline is told apart from another.
