@@ -14,9 +14,18 @@ if [ "$check" = pytest ]; then
     echo "SKIPPED: $python cannot import pytest (install python3-pytest)"
     exit 77
   fi
+  deselect=()
+  if [ "${KVCHECK_TEST_WATCH_BLIND:-0}" = 1 ]; then
+    echo "note: the Q-keeping cache's test is left out: the allocator watch is blind under AddressSanitizer"
+    deselect=(-k "not q_keeping")
+  fi
   KVCHECK="$kvcheck" PYTHONPATH="$client${PYTHONPATH:+:$PYTHONPATH}" \
-    "$python" -m pytest -p kvcheck_client.pytest_plugin -p no:cacheprovider -q "$client/tests"
+    "$python" -m pytest -p kvcheck_client.pytest_plugin -p no:cacheprovider -q "${deselect[@]}" "$client/tests"
   exit $?
+fi
+if [ "$check" = keep_q ] && [ "${KVCHECK_TEST_WATCH_BLIND:-0}" = 1 ]; then
+  echo "SKIPPED: the allocator watch is blind under AddressSanitizer: a kept query cannot fail NO-Q in this build"
+  exit 77
 fi
 example="$python $client/examples/numpy_cache.py"
 if [ "$check" = conformant ]; then
