@@ -1,5 +1,5 @@
-// Names the mechanism behind a quantized row stored unlike the reference: each hypothesis is a known bug class
-// (issue 39), recomputed from the row's own input, and named only when it reproduces what was stored exactly.
+// Names the mechanism behind a quantized row stored unlike the reference: each hypothesis is a bug class real
+// quantized caches have shipped, recomputed from the row's own input, and named only when it reproduces what was stored exactly.
 #include "kvcheck/abi.hpp"
 #include "kvcheck/properties/quant_rows.hpp"
 #include "kvcheck/reference/dtype.hpp"

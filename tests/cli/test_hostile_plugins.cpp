@@ -297,7 +297,7 @@ TEST_F(Hostile, MemorySizesNear2To64ReadAsHugeNeverNegative) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The memory watches cannot be sidestepped (issue 42 item 2; tests/doubles/hostile_memory.c)
+// Plugins that try to sidestep the memory watches (tests/doubles/hostile_memory.c)
 
 // The fake CUDA runtime of the device-watch tests (tests/doubles/fake_cudart.c): a counter behind cudaMemGetInfo.
 std::string fake_cudart() { return std::string(KVC_DOUBLES_DIR) + "/libkvcheck_fake_cudart.so"; }
