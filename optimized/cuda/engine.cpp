@@ -106,14 +106,7 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, kvc_status* status, 
     e->geometry_ = kvc_kv_layout_make_scaled(e->block_size_, c.n_kv_heads, c.head_dim, e->elem_bytes_,
                                              opt::math::row_scale_bytes(c.cache_dtype, c.head_dim, e->f16_scale_));
     if (opt::math::is_fp8(c.cache_dtype)) { // one scale per (layer, KV head), whatever the mode
-        const uint64_t n = static_cast<uint64_t>(c.n_layers) * c.n_kv_heads;
-        e->k_scales_.assign(n, 1.0f);
-        e->v_scales_.assign(n, 1.0f);
-        for (uint64_t i = 0; i < n && c.kv_scale_mode != KVC_SCALE_NONE; ++i) {
-            const uint64_t from = c.kv_scale_mode == KVC_SCALE_KV_HEAD ? i : i / c.n_kv_heads;
-            e->k_scales_[i] = c.k_scales[from];
-            e->v_scales_[i] = c.v_scales[from];
-        }
+        opt::expand_fp8_scales(c, e->k_scales_, e->v_scales_);
         e->cfg_.k_scales = e->cfg_.v_scales = nullptr; // the harness's arrays: not kept past create
     }
     auto cuda_refuse = [&](cudaError_t err, const char* what) {

@@ -77,14 +77,7 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
         im->quantized = quantized;
         im->quant = qf;
         if (kvc::dtype_is_fp8(c.cache_dtype)) { // one scale per (layer, KV head), whatever the mode
-            const uint64_t n = static_cast<uint64_t>(c.n_layers) * c.n_kv_heads;
-            im->k_scales.assign(n, 1.0f);
-            im->v_scales.assign(n, 1.0f);
-            for (uint64_t i = 0; i < n && c.kv_scale_mode != KVC_SCALE_NONE; ++i) {
-                const uint64_t from = c.kv_scale_mode == KVC_SCALE_KV_HEAD ? i : i / c.n_kv_heads;
-                im->k_scales[i] = c.k_scales[from];
-                im->v_scales[i] = c.v_scales[from];
-            }
+            expand_fp8_scales(c, im->k_scales, im->v_scales);
             im->cfg.k_scales = im->cfg.v_scales = nullptr; // the harness's arrays: not kept past create
         }
         im->padded = padded_dim(c.head_dim);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <vector>
 
 namespace kvc::opt {
 
@@ -104,6 +105,19 @@ inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t
     if (c.n_layers > max_count || c.n_q_heads > max_count || c.n_kv_heads > max_count)
         return refuse(KVC_ERR_UNSUPPORTED, "more layers or heads than the declared limits (%u)", max_count);
     return {};
+}
+
+// An fp8 cache's scales as both engines keep them: one per (layer, KV head) whatever the mode (1 under
+// KVC_SCALE_NONE), copied out of the harness's arrays, which live only through create().
+inline void expand_fp8_scales(const kvc_config& c, std::vector<float>& k, std::vector<float>& v) {
+    const uint64_t n = static_cast<uint64_t>(c.n_layers) * c.n_kv_heads;
+    k.assign(n, 1.0f);
+    v.assign(n, 1.0f);
+    for (uint64_t i = 0; i < n && c.kv_scale_mode != KVC_SCALE_NONE; ++i) {
+        const uint64_t from = c.kv_scale_mode == KVC_SCALE_KV_HEAD ? i : i / c.n_kv_heads;
+        k[i] = c.k_scales[from];
+        v[i] = c.v_scales[from];
+    }
 }
 
 // append_attend_batch(): the batch struct itself. *empty is set when it names no sequence (a no-op).
