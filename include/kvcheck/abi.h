@@ -27,7 +27,10 @@
  * pipeline), kvc_memory.workspace_bytes. A 1.0 plugin still loads: its shorter structs read as zeros there.
  * ABI 1.2 appended: quantized cache dtypes (fp8 E4M3FN/E5M2 with per-tensor or per-KV-head scales, int8 per token,
  * llama.cpp's q8_0; docs/quantized.md), kvc_caps.quant, the scale fields of kvc_config, the fp8 query rounding of
- * kvc_pipeline.q and read_kv_scales. A 1.0 or 1.1 plugin still loads and is never given a quantized cache.
+ * kvc_pipeline.q and read_kv_scales; windowed and latent caches (docs/windowed-caches.md): per-layer sliding
+ * windows and attention sinks, eviction of rows no query can see again (KVC_ERR_EVICTED), a V head dim apart from
+ * K's and RoPE on a range of the head dims, with their features and limits in kvc_caps. A 1.0 or 1.1 plugin still
+ * loads and is never given a quantized, windowed or latent cache.
  */
 #ifndef KVCHECK_ABI_H
 #define KVCHECK_ABI_H
@@ -49,7 +52,9 @@ typedef enum kvc_status {
     KVC_ERR_INVALID_ARGUMENT = 1, /* unknown sequence, layer out of range, bad pointer or shape */
     KVC_ERR_UNSUPPORTED = 2,      /* a config or operation outside the declared capabilities */
     KVC_ERR_OUT_OF_MEMORY = 3,    /* blocks exhausted, max_tokens reached, allocation failed */
-    KVC_ERR_INTERNAL = 4
+    KVC_ERR_INTERNAL = 4,
+    /* ---- ABI 1.2 ---- */
+    KVC_ERR_EVICTED = 5 /* read_kv of a row an evicting cache dropped (config.evict): no query can see it again */
 } kvc_status;
 
 /* Cache dtypes. The quantized ones (ABI 1.2) are stored exactly as docs/quantized.md defines them, and judged
@@ -136,6 +141,13 @@ typedef enum kvc_memory_space { KVC_MEMORY_HOST = 0, KVC_MEMORY_DEVICE = 1 } kvc
 #define KVC_FEATURE_RELEASE (1u << 3) /* release() */
 #define KVC_FEATURE_BATCH (1u << 4)   /* append_attend_batch() */
 #define KVC_FEATURE_CHUNKED (1u << 5) /* n_new > 1 onto a sequence that already holds tokens */
+/* ---- ABI 1.2 (docs/windowed-caches.md) ---- */
+#define KVC_FEATURE_WINDOW (1u << 6)     /* config.windows: a sliding window per layer (up to kvc_caps.max_window) */
+#define KVC_FEATURE_SINKS (1u << 7)      /* config.n_sinks > 0 with windows (up to kvc_caps.max_sinks) */
+#define KVC_FEATURE_EVICT (1u << 8)      /* config.evict: rows outside every window are dropped and their memory
+                                            freed or reused */
+#define KVC_FEATURE_HEAD_DIM_V (1u << 9) /* config.head_dim_v != head_dim (up to kvc_caps.max_head_dim_v) */
+#define KVC_FEATURE_ROPE_RANGE (1u << 10) /* config.rope_dims: RoPE on a range of the head dims, the rest as given */
 
 /* What an implementation supports. Filled by get_caps; the harness never asks for more than is declared, and a
    declared capability that is then refused is an ERROR, never a skip. A limit of 0 means "no limit". */
@@ -158,6 +170,9 @@ typedef struct kvc_caps {
     kvc_pipeline pipeline;           /* used when pipeline.flags has KVC_PIPELINE_DECLARED; else `precision` */
     /* ---- ABI 1.2 ---- */
     uint32_t quant; /* KVC_QUANT_*: the scale forms of the quantized dtypes declared in `dtypes` */
+    uint32_t max_window;     /* KVC_FEATURE_WINDOW: the largest window; 0 = no limit */
+    uint32_t max_sinks;      /* KVC_FEATURE_SINKS: the largest n_sinks; 0 = no limit */
+    uint32_t max_head_dim_v; /* KVC_FEATURE_HEAD_DIM_V: the largest head_dim_v; 0 = max_head_dim applies */
 } kvc_caps;
 
 /* kvc_caps.quant (ABI 1.2). A declared fp8 dtype always takes KVC_SCALE_NONE and a declared INT8_TOKEN always
@@ -185,6 +200,18 @@ typedef struct kvc_config {
                                  NULL for KVC_SCALE_NONE. Owned by the harness: copy them during create() */
     const float* v_scales;    /* the same for V */
     uint32_t int8_scale_dtype; /* INT8_TOKEN: KVC_DTYPE_F32 or KVC_DTYPE_F16, the dtype each row's scale is kept in */
+    /* ---- ABI 1.2, windowed and latent caches (docs/windowed-caches.md); zeros = none of it ----
+       Visibility: the query at absolute position i sees the key at absolute position j of its (sequence, layer)
+       iff j <= i and (W == 0 or j < n_sinks or i - j < W), W = windows[layer]. Positions stay absolute however
+       the cache stores its rows (RoPE too). */
+    const uint32_t* windows; /* [n_layers] W of each layer, 0 = that layer attends to everything; NULL = no window
+                                anywhere. Owned by the harness: copy it during create() */
+    uint32_t n_sinks;        /* S: the first S positions of a sequence stay visible in every windowed layer */
+    uint32_t evict;          /* 1: the cache drops rows no later query of their layer can see (KVC_FEATURE_EVICT) */
+    uint32_t head_dim_v;     /* V rows and outputs have this many dims; 0 = head_dim (KVC_FEATURE_HEAD_DIM_V) */
+    uint32_t rope_dim_begin; /* RoPE rotates q and k dims [rope_dim_begin, rope_dim_begin + rope_dims) as if they */
+    uint32_t rope_dims;      /* were a head of rope_dims dims (angle pos * theta^(-2j/rope_dims)); the other dims
+                                stay as given. rope_dims 0 = the whole head (KVC_FEATURE_ROPE_RANGE otherwise) */
 } kvc_config;
 
 /* Memory as the implementation reports it. MEMORY checks these numbers against the formula; NO-Q checks that the
@@ -197,7 +224,9 @@ typedef struct kvc_memory {
     uint64_t live_bytes;     /* 2 * sum over (seq, layer) of length * n_kv_heads * row bytes of one head, where
                                 a head's row is head_dim * sizeof(dtype) for f32/f16/bf16, head_dim for fp8
                                 (its config scales are workspace), head_dim + 4 (f32 scale) or + 2 (f16 scale)
-                                for INT8_TOKEN, head_dim + 2 * head_dim / 32 for Q8_0 */
+                                for INT8_TOKEN, head_dim + 2 * head_dim / 32 for Q8_0. ABI 1.2: with
+                                head_dim_v, a V row counts head_dim_v dims (K rows head_dim); an evicting cache
+                                counts only the rows it holds (length minus the rows it dropped) */
     uint64_t capacity_bytes; /* K/V storage in blocks that hold live tokens, partly filled last blocks included */
     uint64_t pool_bytes;     /* K/V storage held but holding no live token: preallocated pools, free lists,
                                 alignment padding, growth reserve */
@@ -214,8 +243,8 @@ typedef struct kvc_batch {
     const uint32_t* token_offsets; /* [n_seqs + 1]; sequence i owns new tokens token_offsets[i] .. [i+1]-1 */
     const float* q;                /* [total_new][n_q_heads][head_dim] */
     const float* k;                /* [total_new][n_kv_heads][head_dim] */
-    const float* v;                /* [total_new][n_kv_heads][head_dim] */
-    float* out;                    /* [total_new][n_q_heads][head_dim] */
+    const float* v;                /* [total_new][n_kv_heads][dv], dv = head_dim_v or head_dim */
+    float* out;                    /* [total_new][n_q_heads][dv] */
 } kvc_batch;
 
 typedef struct kvc_cache kvc_cache; /* opaque: the implementation's state */
@@ -235,7 +264,9 @@ typedef struct kvc_plugin_api {
 
     /* Append n_new tokens to (seq, layer) and attend with their queries. Query i sees every row already cached
        plus new rows 0..i (causal, bottom-right aligned). n_new == 0 is a no-op.
-       q, out: [n_new][n_q_heads][head_dim]; k, v: [n_new][n_kv_heads][head_dim]. */
+       q: [n_new][n_q_heads][head_dim]; k: [n_new][n_kv_heads][head_dim]; v: [n_new][n_kv_heads][dv];
+       out: [n_new][n_q_heads][dv], dv = config.head_dim_v or head_dim. With windows, "sees" is the visibility
+       rule of kvc_config. */
     kvc_status (*append_attend)(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t n_new, const float* q,
                                 const float* k, const float* v, float* out);
 
@@ -243,9 +274,10 @@ typedef struct kvc_plugin_api {
     kvc_status (*append_attend_batch)(kvc_cache* cache, uint32_t layer, const kvc_batch* batch);
 
     /* Rows pos .. pos+n-1 of (seq, layer) in the cache dtype, as stored (rotated when the implementation applies
-       RoPE). k_out, v_out: [n][n_kv_heads][head_dim] elements of the cache dtype (one byte, the code, for a
-       quantized dtype: its scales come from read_kv_scales). Rows past the sequence's length
-       are not readable: pos + n > length is KVC_ERR_INVALID_ARGUMENT. */
+       RoPE). k_out: [n][n_kv_heads][head_dim], v_out: [n][n_kv_heads][dv] elements of the cache dtype (one
+       byte, the code, for a quantized dtype: its scales come from read_kv_scales). Rows past the sequence's length
+       are not readable: pos + n > length is KVC_ERR_INVALID_ARGUMENT. An evicting cache returns KVC_ERR_EVICTED
+       when the range holds a row it dropped (positions stay absolute: length counts dropped rows too). */
     kvc_status (*read_kv)(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out,
                           void* v_out);
 
@@ -268,7 +300,7 @@ typedef struct kvc_plugin_api {
        as stored, under the same rules as read_kv. k_out, v_out: [n][n_kv_heads][scales per head row] of:
          FP8_E4M3, FP8_E5M2  1 f32: the scale the row was encoded with (1.0 under KVC_SCALE_NONE)
          INT8_TOKEN          1 of config.int8_scale_dtype (f32, or f16 bits)
-         Q8_0                head_dim / 32 f16 bits, block by block
+         Q8_0                head_dim / 32 f16 bits, block by block (V rows: dv / 32)
        Any other cache dtype: KVC_ERR_UNSUPPORTED. */
     kvc_status (*read_kv_scales)(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n,
                                  void* k_out, void* v_out);

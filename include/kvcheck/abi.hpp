@@ -29,6 +29,7 @@ inline const char* status_name(kvc_status s) {
     case KVC_ERR_UNSUPPORTED: return "UNSUPPORTED";
     case KVC_ERR_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
     case KVC_ERR_INTERNAL: return "INTERNAL";
+    case KVC_ERR_EVICTED: return "EVICTED";
     }
     return "UNKNOWN_STATUS";
 }
@@ -68,6 +69,14 @@ inline std::size_t head_row_bytes(uint32_t dtype, uint32_t head_dim, uint32_t in
     const std::size_t elems = std::size_t{head_dim} * dtype_size(dtype);
     if (dtype_is_fp8(dtype) || !dtype_is_quantized(dtype)) return elems;
     return elems + scales_per_head_row(dtype, head_dim) * scale_size(dtype, int8_scale_dtype);
+}
+
+// ABI 1.2: the dims of a V row and of an output row (head_dim_v, or head_dim when it is 0).
+inline uint32_t value_dim(const kvc_config& c) { return c.head_dim_v != 0 ? c.head_dim_v : c.head_dim; }
+// ABI 1.2: whether the query at absolute position i sees the key at absolute position j in a layer of window w
+// (0: no window) with s sinks. The one visibility rule of docs/windowed-caches.md.
+inline bool key_visible(uint64_t i, uint64_t j, uint32_t w, uint32_t s) {
+    return j <= i && (w == 0 || j < s || i - j < w);
 }
 
 inline const char* dtype_name(uint32_t dtype) {

@@ -72,6 +72,8 @@ Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
     if (api->abi_minor < 2) {
         t.caps.dtypes &= (1u << KVC_DTYPE_F32) | (1u << KVC_DTYPE_F16) | (1u << KVC_DTYPE_BF16);
         t.caps.quant = 0;
+        t.caps.features &= KVC_FEATURE_GQA | KVC_FEATURE_PAGED | KVC_FEATURE_FORK | KVC_FEATURE_RELEASE |
+                           KVC_FEATURE_BATCH | KVC_FEATURE_CHUNKED;
     }
     const uint32_t quantized = (1u << KVC_DTYPE_FP8_E4M3) | (1u << KVC_DTYPE_FP8_E5M2) |
                                (1u << KVC_DTYPE_INT8_TOKEN) | (1u << KVC_DTYPE_Q8_0);

@@ -30,4 +30,12 @@ void apply_rope(S* x, int d, long pos, Rope variant, double theta) {
     }
 }
 
+// Partial rotary embedding: rotates dims [begin, begin + dims) of x as if they were a whole head of `dims` dims
+// (frequencies theta^(-2j/dims)) and leaves the others as they are. GPT-NeoX-style `partial_rotary_factor` rotates
+// a prefix; multi-head latent attention rotates the last 64 dims of its 576-dim key.
+template <typename S>
+void apply_rope_range(S* x, int begin, int dims, long pos, Rope variant, double theta) {
+    apply_rope(x + begin, dims, pos, variant, theta);
+}
+
 } // namespace kvc::ref
