@@ -424,13 +424,30 @@ size_t CacheModel::scale_bytes(uint32_t rows) const {
     return static_cast<size_t>(rows) * cfg_.n_kv_heads * head_scale_bytes_;
 }
 
-uint64_t CacheModel::live_bytes() const { return prop::live_bytes(cfg_, lengths()); }
+uint64_t CacheModel::live_bytes() const {
+    uint64_t rows = 0;
+    for (const auto& seq : streams_)
+        for (const Stream& s : seq) rows += s.len - s.dropped;
+    return rows * row_bytes();
+}
 
 uint64_t CacheModel::live_bytes_in_blocks(uint64_t block_tokens) const {
-    uint64_t total = 0;
+    const uint64_t b = block_tokens;
+    uint64_t rows = 0;
     for (const auto& seq : streams_)
-        for (const Stream& s : seq) total += (s.len + block_tokens - 1) / block_tokens * block_tokens * row_bytes();
-    return total;
+        for (uint32_t layer = 0; layer < seq.size(); ++layer) {
+            const uint64_t len = seq[layer].len, whole = (len + b - 1) / b;
+            const uint64_t dead_end = cfg_.evict ? cfg_.dead_end(layer, seq[layer].len) : 0;
+            if (dead_end == 0) {
+                rows += whole * b;
+                continue;
+            }
+            // blocks 0 .. sink_blocks-1 hold the sinks, window_first .. whole-1 the rows still visible
+            const uint64_t sink_blocks = (cfg_.n_sinks + b - 1) / b, window_first = dead_end / b;
+            const uint64_t needed = sink_blocks + whole - std::max(window_first, sink_blocks);
+            rows += std::min(whole, needed + 1) * b;
+        }
+    return rows * row_bytes();
 }
 
 } // namespace kvc::prop

@@ -17,6 +17,18 @@ float CaseConfig::scale() const {
     return softmax_scale != 0.0f ? softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
+bool CaseConfig::windowed() const {
+    return std::any_of(windows.begin(), windows.end(), [](uint32_t w) { return w != 0; });
+}
+
+uint32_t CaseConfig::dead_end(uint32_t layer, uint32_t len) const {
+    const uint32_t w = window(layer);
+    // the next query sits at position len and sees j iff j < S or len - j < w: j >= len - w + 1
+    if (w == 0 || len < w) return 0;
+    const uint32_t first_seen = len - w + 1;
+    return first_seen > n_sinks ? first_seen : 0;
+}
+
 kvc_config CaseConfig::to_abi() const {
     kvc_config c = make_config(n_layers, n_q_heads, n_kv_heads, head_dim, cache_dtype, max_seqs, max_tokens, rope,
                                block_size_hint, scale(), rope_theta);
@@ -24,6 +36,9 @@ kvc_config CaseConfig::to_abi() const {
     c.k_scales = k_scales.empty() ? nullptr : k_scales.data();
     c.v_scales = v_scales.empty() ? nullptr : v_scales.data();
     c.int8_scale_dtype = int8_scale_dtype;
+    c.windows = windows.empty() ? nullptr : windows.data();
+    c.n_sinks = n_sinks;
+    c.evict = evict ? 1u : 0u;
     return c;
 }
 
@@ -77,6 +92,13 @@ kvc_caps required_caps(const Case& c) {
     if (c.cfg.cache_dtype == KVC_DTYPE_INT8_TOKEN && c.cfg.int8_scale_dtype == KVC_DTYPE_F16)
         r.quant |= KVC_QUANT_INT8_SCALE_F16;
     r.rope_variants = c.cfg.rope == KVC_ROPE_NONE ? 0u : 1u << c.cfg.rope;
+    if (c.cfg.windowed()) {
+        r.features |= KVC_FEATURE_WINDOW;
+        r.max_window = *std::max_element(c.cfg.windows.begin(), c.cfg.windows.end());
+        if (c.cfg.n_sinks > 0) r.features |= KVC_FEATURE_SINKS;
+        r.max_sinks = c.cfg.n_sinks;
+    }
+    if (c.cfg.evict) r.features |= KVC_FEATURE_EVICT;
     if (c.cfg.n_kv_heads < c.cfg.n_q_heads) r.features |= KVC_FEATURE_GQA;
     r.max_layers = c.cfg.n_layers;
     r.max_q_heads = c.cfg.n_q_heads;
@@ -126,7 +148,8 @@ std::vector<std::string> missing_caps(const kvc_caps& need, const kvc_caps& have
             m.push_back(std::string("rope ") + rope_name(r));
     static const std::pair<uint32_t, const char*> features[] = {
         {KVC_FEATURE_GQA, "gqa"},         {KVC_FEATURE_PAGED, "paged"}, {KVC_FEATURE_FORK, "fork"},
-        {KVC_FEATURE_RELEASE, "release"}, {KVC_FEATURE_BATCH, "batch"}, {KVC_FEATURE_CHUNKED, "chunked"}};
+        {KVC_FEATURE_RELEASE, "release"}, {KVC_FEATURE_BATCH, "batch"}, {KVC_FEATURE_CHUNKED, "chunked"},
+        {KVC_FEATURE_WINDOW, "window"},   {KVC_FEATURE_SINKS, "sinks"}, {KVC_FEATURE_EVICT, "evict"}};
     for (const auto& [bit, name] : features)
         if ((need.features & bit) && !(have.features & bit)) m.push_back(name);
     auto limit = [&](uint32_t n, uint32_t h, const char* what) {
@@ -138,6 +161,9 @@ std::vector<std::string> missing_caps(const kvc_caps& need, const kvc_caps& have
     limit(need.max_head_dim, have.max_head_dim, "head_dim");
     limit(need.max_seqs, have.max_seqs, "seqs");
     limit(need.max_tokens, have.max_tokens, "tokens");
+    // ABI 1.2 limits: an older plugin's shorter caps read as 0 there, and it declares no window anyway
+    if (need.features & KVC_FEATURE_WINDOW) limit(need.max_window, have.max_window, "window");
+    if (need.features & KVC_FEATURE_SINKS) limit(need.max_sinks, have.max_sinks, "sinks");
     return m;
 }
 
@@ -215,6 +241,33 @@ void quantization_from_json(const nlohmann::json& g, CaseConfig& cfg) {
         throw std::invalid_argument("case: q8_0 needs a head_dim multiple of 32 (its blocks hold 32 values)");
 }
 
+// The ABI 1.2 window fields, all or none: "windows" (one per layer), "sinks", "evict".
+void windows_from_json(const nlohmann::json& g, CaseConfig& cfg) {
+    if (!g.contains("windows")) {
+        if (g.contains("sinks") || g.contains("evict"))
+            throw std::invalid_argument("case: \"sinks\" and \"evict\" need \"windows\" (one per layer)");
+        return;
+    }
+    const nlohmann::json& w = g["windows"];
+    if (!w.is_array()) throw std::invalid_argument("case: \"windows\" must be an array");
+    for (const auto& x : w) {
+        if (!x.is_number_unsigned()) throw std::invalid_argument("case: every window must be a non-negative integer");
+        cfg.windows.push_back(need<uint32_t>(nlohmann::json{{"windows", x}}, "windows"));
+    }
+    if (cfg.windows.size() != cfg.n_layers)
+        throw std::invalid_argument("case: \"windows\" must hold one window per layer (" +
+                                    std::to_string(cfg.n_layers) + "), 0 for a layer without one");
+    for (uint32_t w : cfg.windows)
+        if (w > (1u << 20)) throw std::invalid_argument("case: a window exceeds 1048576");
+    cfg.n_sinks = need<uint32_t>(g, "sinks");
+    if (cfg.n_sinks > (1u << 20)) throw std::invalid_argument("case: sinks exceed 1048576");
+    if (!g.contains("evict") || !g["evict"].is_boolean())
+        throw std::invalid_argument("case: field \"evict\" must be true or false");
+    cfg.evict = g["evict"].get<bool>();
+    if (cfg.evict && !cfg.windowed())
+        throw std::invalid_argument("case: evict needs a window in some layer (nothing is ever dead without one)");
+}
+
 } // namespace
 
 nlohmann::json to_json(const Case& c) {
@@ -250,6 +303,11 @@ nlohmann::json to_json(const Case& c) {
         }
     }
     if (g.cache_dtype == KVC_DTYPE_INT8_TOKEN) config["int8_scale_dtype"] = dtype_name(g.int8_scale_dtype);
+    if (!g.windows.empty()) { // only in windowed cases: every other case's JSON is what it always was
+        config["windows"] = g.windows;
+        config["sinks"] = g.n_sinks;
+        config["evict"] = g.evict;
+    }
     return {{"config", config}, {"ops", ops}, {"data_seed", c.data_seed}};
 }
 
@@ -295,6 +353,7 @@ Case case_from_json(const nlohmann::json& j) {
     if (c.cfg.rope != 0 && (c.cfg.head_dim % 2 != 0 || !(c.cfg.rope_theta > 0)))
         throw std::invalid_argument("case: RoPE needs an even head_dim and a positive rope_theta");
     quantization_from_json(g, c.cfg);
+    windows_from_json(g, c.cfg);
     c.data_seed = need<uint64_t>(j, "data_seed");
     if (!j.contains("ops") || !j["ops"].is_array()) throw std::invalid_argument("case: missing array \"ops\"");
     for (const auto& o : j["ops"]) {
@@ -389,6 +448,11 @@ std::string describe(const Case& c) {
         }
     }
     if (g.cache_dtype == KVC_DTYPE_INT8_TOKEN) s << " int8_scale_dtype=" << dtype_name(g.int8_scale_dtype);
+    if (!g.windows.empty()) {
+        s << " windows=[";
+        for (size_t i = 0; i < g.windows.size(); ++i) s << (i ? "," : "") << g.windows[i];
+        s << "] sinks=" << g.n_sinks << (g.evict ? " evict" : "");
+    }
     s << "\n";
     const auto lens = lengths_after_ops(c);
     for (size_t i = 0; i < c.ops.size(); ++i) {

@@ -119,6 +119,49 @@ void draw_quantization(const ConfigSpace& space, CaseConfig& c) {
                                   .as("int8_scale_dtype");
 }
 
+// Windows, sinks and eviction where declared, drawn after everything else so that a case for an implementation
+// without windows draws what it always drew. Windows are short next to the sequences (max_tokens 100-300), so rings
+// wrap many times; some layers keep full attention (Gemma's interleaving); W = 1 (a query sees itself only) and
+// windows at block sizes +-1 are where ring and block arithmetic goes wrong.
+void draw_windows(const ConfigSpace& space, CaseConfig& c) {
+    if (!has(space.allow.features, KVC_FEATURE_WINDOW) || space.long_cases) return;
+    if (!*rc::gen::weightedElement<bool>({{1, false}, {2, true}}).as("windowed")) return;
+    const uint32_t max_w = space.allow.max_window ? space.allow.max_window : UINT32_MAX;
+    for (uint32_t l = 0; l < c.n_layers; ++l) {
+        uint32_t w = *rc::gen::weightedOneOf<uint32_t>(
+                          {{1, rc::gen::just<uint32_t>(0u)},
+                           {1, rc::gen::elementOf(std::vector<uint32_t>{1, 2, 3})},
+                           {3, rc::gen::elementOf(std::vector<uint32_t>{7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65})},
+                           {2, rc::gen::inRange<uint32_t>(1, 80)}})
+                          .as("window");
+        c.windows.push_back(std::min(w, max_w));
+    }
+    if (!c.windowed()) c.windows[0] = std::min(16u, max_w); // a windowed case has a window somewhere
+    if (has(space.allow.features, KVC_FEATURE_SINKS)) {
+        const uint32_t max_s = space.allow.max_sinks ? space.allow.max_sinks : UINT32_MAX;
+        c.n_sinks = std::min(max_s, *rc::gen::weightedOneOf<uint32_t>({{2, rc::gen::just<uint32_t>(0u)},
+                                                                       {2, rc::gen::elementOf(std::vector<uint32_t>{
+                                                                               1, 2, 4, 16, 17})},
+                                                                       {1, rc::gen::inRange<uint32_t>(1, 40)}})
+                                                 .as("sinks"));
+    }
+    if (has(space.allow.features, KVC_FEATURE_EVICT)) c.evict = *rc::gen::arbitrary<bool>().as("evict");
+}
+
+// Lengths a windowed case's appends aim at: the window's edges (W - 1, W, W + 1, 2W +- 1) of some layer and the
+// sinks' (S - 1, S, S + 1); empty for a case without windows.
+std::vector<uint32_t> window_edges(const CaseConfig& c) {
+    std::vector<uint32_t> e;
+    for (uint32_t w : c.windows)
+        if (w)
+            for (uint32_t x : {w - 1, w, w + 1, 2 * w - 1, 2 * w + 1, 3 * w}) e.push_back(x);
+    if (!e.empty() && c.n_sinks)
+        for (uint32_t x : {c.n_sinks - 1, c.n_sinks, c.n_sinks + 1, c.n_sinks + 2}) e.push_back(x);
+    std::sort(e.begin(), e.end());
+    e.erase(std::unique(e.begin(), e.end()), e.end());
+    return e;
+}
+
 } // namespace
 
 rc::Gen<CaseConfig> config(const ConfigSpace& space) {
@@ -208,6 +251,7 @@ rc::Gen<CaseConfig> config(const ConfigSpace& space) {
                                                                                  .as("log10 rope_theta (1/100)")) /
                                                                               100));
                draw_quantization(space, c);
+               draw_windows(space, c);
                return c;
            })
         .as("config");
@@ -242,9 +286,16 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                // scripts that must fork or release several times keep a third of max_tokens free in ordinary
                // appends, so that a parent still has room for the appends after its fork
                const uint32_t reserve = ss.min_forks || ss.min_releases ? cap / 3 : 0;
+               const std::vector<uint32_t> edges = window_edges(c.cfg);
                auto draw_append = [&](uint32_t seq) {
                    const uint32_t room = cap - len[seq] - std::min(reserve, cap - len[seq]);
                    uint32_t n;
+                   std::vector<uint32_t> ahead; // window edges this append can reach: a chunk that ends on one
+                   for (uint32_t x : edges)
+                       if (x > len[seq] && x - len[seq] <= room && (ss.chunked || len[seq] == 0 || x == len[seq] + 1))
+                           ahead.push_back(x - len[seq]);
+                   if (!ahead.empty() && *rc::gen::weightedElement<bool>({{2, false}, {1, true}}).as("to a window edge"))
+                       return *rc::gen::elementOf(ahead).as("append length to a window edge");
                    if (len[seq] == 0)
                        n = *rc::gen::weightedOneOf<uint32_t>({{1, rc::gen::just<uint32_t>(0u)},
                                                               {8, length_near_blocks(hint, room)}})

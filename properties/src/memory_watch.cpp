@@ -186,8 +186,11 @@ void check_memory_report(const CheckScope& scope, const kvc_memory& m, const Cac
         mm.what = "capacity_bytes";
         mm.expected = static_cast<double>(bound);
         mm.actual = static_cast<double>(m.capacity_bytes);
-        scope.fail("reported capacity exceeds the formula rounded up to whole blocks of " + std::to_string(block) +
-                       " tokens per sequence and layer",
+        scope.fail(cfg.evict ? "reported capacity exceeds what an evicting cache may hold: per sequence and layer, "
+                               "the blocks of " + std::to_string(block) + " tokens that hold the sinks and the rows "
+                               "a later query can see, plus one block (rows that left the window are not freed)"
+                             : "reported capacity exceeds the formula rounded up to whole blocks of " +
+                                   std::to_string(block) + " tokens per sequence and layer",
                    mm);
     }
     // without sharing (no fork yet) the live rows need at least their own bytes

@@ -87,7 +87,8 @@ void expected_rotated_key(const CaseConfig& cfg, const float* k_in, uint32_t pos
 }
 
 Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, const std::vector<float>& k,
-                        const std::vector<float>& v, uint32_t T, HeadMap map, uint32_t oracle_rotated_keys) {
+                        const std::vector<float>& v, uint32_t T, HeadMap map, uint32_t oracle_rotated_keys,
+                        uint32_t layer) {
     const uint32_t d = cfg.head_dim, Hq = cfg.n_q_heads, Hkv = cfg.n_kv_heads;
     const size_t ld = static_cast<size_t>(Hkv) * d;
     const uint32_t before = T - n_new;
@@ -99,8 +100,10 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
     e.oracle.assign(n_out, 0.0L);
     for (auto* s : {&e.s_qk, &e.s_rope, &e.s_angle, &e.s_score, &e.s_diff, &e.s_abs, &e.s_part}) s->assign(n_out, 0.0);
     e.v_scale.assign(static_cast<size_t>(n_new) * Hq, 0.f);
-    e.visible.resize(n_new);
-    for (uint32_t i = 0; i < n_new; ++i) e.visible[i] = before + i + 1;
+    const ref::Visibility vis{cfg.window(layer), cfg.n_sinks};
+    e.visible.assign(n_new, 0);
+    for (uint32_t i = 0; i < n_new; ++i)
+        for (uint32_t j = 0; j <= before + i; ++j) e.visible[i] += vis.sees(before + i, j) ? 1u : 0u;
 
     std::vector<double> qa(d), qpair(d), qangle(d), s(T), w(T), Tqk(T), Trope(T), Tangle(T);
     for (uint32_t h = 0; h < Hq; ++h) {
@@ -120,7 +123,7 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
             ref::apply_rope(row.data(), static_cast<int>(d), before + i, as_rope(cfg.rope), cfg.rope_theta);
             for (uint32_t x = 0; x < d; ++x) Q(i, x) = row[x];
         }
-        const auto r = ref::attend_head<long double>(Q, K, V, scale);
+        const auto r = ref::attend_head<long double>(Q, K, V, scale, vis);
 
         // sensitivities of each output element (oracle.hpp), in double: they size a bound, not a result
         for (uint32_t i = 0; i < n_new; ++i) {
@@ -133,6 +136,7 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
             }
             double smax = -INFINITY, sabs = 0;
             for (uint32_t j = 0; j < n; ++j) {
+                if (!vis.sees(pos, j)) continue; // outside the window: weight exactly 0 below
                 double dot = 0, tq = 0, tr = 0, ta = 0;
                 const bool oracle_key = rope && j + oracle_rotated_keys >= T;
                 for (uint32_t y = 0; y < d; ++y) {
@@ -153,7 +157,7 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
                 sabs = std::max(sabs, std::fabs(s[j]));
             }
             double sum = 0;
-            for (uint32_t j = 0; j < n; ++j) sum += (w[j] = std::exp(s[j] - smax));
+            for (uint32_t j = 0; j < n; ++j) sum += (w[j] = vis.sees(pos, j) ? std::exp(s[j] - smax) : 0.0);
             for (uint32_t j = 0; j < n; ++j) w[j] /= sum;
             const size_t o = (static_cast<size_t>(i) * Hq + h) * d;
             float vs = 1e-30f;
@@ -162,6 +166,7 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
                 e.oracle[o + x] = out;
                 double qk = 0, rp = 0, an = 0, sc = 0, df = 0, ab = 0, prefix = 0, part = 0;
                 for (uint32_t j = 0; j < n; ++j) {
+                    if (!vis.sees(pos, j)) continue;
                     const double vj = v[j * ld + g * d + x];
                     const double D = w[j] * std::fabs(vj - static_cast<double>(out));
                     qk += D * Tqk[j];

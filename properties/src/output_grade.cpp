@@ -14,7 +14,7 @@ namespace {
 
 // The rows the graded queries attend with the call's new rows as given (rotated by the oracle, unrounded): what a
 // pipeline that declares new_rows_unrounded computes with, and the hypothesis the diagnosis of a failure tries.
-Expected expected_with_unrounded_new_rows(const CacheModel& model, const CacheModel::Stream& s,
+Expected expected_with_unrounded_new_rows(const CacheModel& model, const CacheModel::Stream& s, uint32_t layer,
                                           const GradedRows& rows) {
     const CaseConfig& cfg = model.config();
     const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
@@ -25,7 +25,7 @@ Expected expected_with_unrounded_new_rows(const CacheModel& model, const CacheMo
     for (uint32_t i = 0; i < n_unrounded; ++i)
         expected_rotated_key(cfg, rows.call_k + i * row, rows.call_begin + i, k.data() + first + i * row);
     std::copy(rows.call_v, rows.call_v + n_unrounded * row, v.begin() + static_cast<std::ptrdiff_t>(first));
-    return expect_outputs(cfg, rows.q, rows.n_rows, k, v, rows.history, HeadMap::Repeat, n_unrounded);
+    return expect_outputs(cfg, rows.q, rows.n_rows, k, v, rows.history, HeadMap::Repeat, n_unrounded, layer);
 }
 
 } // namespace
@@ -33,7 +33,7 @@ Expected expected_with_unrounded_new_rows(const CacheModel& model, const CacheMo
 Expected expected_outputs(const CacheModel& model, uint32_t seq, uint32_t layer, const GradedRows& rows,
                           HeadMap map) {
     const CacheModel::Stream& s = model.stream(seq, layer);
-    return expect_outputs(model.config(), rows.q, rows.n_rows, s.k_eff, s.v_eff, rows.history, map);
+    return expect_outputs(model.config(), rows.q, rows.n_rows, s.k_eff, s.v_eff, rows.history, map, 0, layer);
 }
 
 std::vector<float> queries_as_rounded(const Pipeline& declared, const float* q, size_t n) {
@@ -65,14 +65,14 @@ OutputVerdict grade_call_outputs(const CacheModel& model, uint32_t seq, uint32_t
     const bool narrow_cache = cfg.cache_dtype != KVC_DTYPE_F32;
     // an implementation is graded for the pipeline it declares, new rows attended unrounded included
     const bool declared_unrounded = declared.new_rows_unrounded && narrow_cache;
-    const Expected e = declared_unrounded ? expected_with_unrounded_new_rows(model, s, rows)
+    const Expected e = declared_unrounded ? expected_with_unrounded_new_rows(model, s, layer, rows)
                                           : expected_outputs(model, seq, layer, rows);
     const bool stored_right = !storage_mismatch; // else the storage, not a pipeline, is named
     OutputVerdict v;
     v.grade = grade_outputs(cfg, declared, rows.out, e, nullptr, stored_right);
     if (v.grade.pass) return v;
     if (narrow_cache && !declared_unrounded && !v.grade.nan) { // is it the new rows attended before rounding?
-        const Expected alt = expected_with_unrounded_new_rows(model, s, rows);
+        const Expected alt = expected_with_unrounded_new_rows(model, s, layer, rows);
         const double headroom = v.grade.headroom;
         const bool fails_f32 = v.grade.fails_f32_class;
         v.grade = grade_outputs(cfg, declared, rows.out, e, &alt, stored_right);

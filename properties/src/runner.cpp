@@ -71,6 +71,10 @@ rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, in
         allow.max_tokens = limits->max_tokens;
         allow.head_dim_multiple = limits->head_dim_multiple; // granularity: a shape limit, drawn inside
         allow.head_dim_multiple_rope = limits->head_dim_multiple_rope;
+        // windows, sinks and eviction likewise: drawn only where declared, so that nothing else changes
+        allow.features |= limits->features & (KVC_FEATURE_WINDOW | KVC_FEATURE_SINKS | KVC_FEATURE_EVICT);
+        allow.max_window = limits->max_window;
+        allow.max_sinks = limits->max_sinks;
     }
     return p.gen(allow)(rc::Random(case_seed(s.seed, p.id, index)), size_for(s, index));
 }

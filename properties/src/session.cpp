@@ -83,8 +83,14 @@ private:
         if (p.n_new == 0) return;
         std::vector<uint8_t> k(model_.kv_bytes(p.n_new)), v(model_.kv_bytes(p.n_new));
         std::vector<uint8_t> ks(model_.scale_bytes(p.n_new)), vs(model_.scale_bytes(p.n_new));
-        driver_.read_kv(p.seq, layer, p.before, p.n_new, k, v);
-        if (model_.quantized()) driver_.read_kv_scales(p.seq, layer, p.before, p.n_new, ks, vs);
+        // an evicting cache may already have dropped some of the new rows (a chunk longer than its window): those
+        // are judged by the outputs that used them, and stand in here as the rows they had to be
+        const Dropped gone = dropped_rows(p.seq, layer, p.before + p.n_new);
+        const StoredRows want = cfg_.evict ? expected_new_rows(cfg_, p.before, p.n_new, p.in.k.data(),
+                                                               p.in.v.data(), layer)
+                                           : StoredRows{};
+        read_kept(p.seq, layer, p.before, p.n_new, gone, {&want.k_bits, &want.v_bits, &want.k_scale_bits,
+                                                          &want.v_scale_bits}, k, v, ks, vs);
         std::string why;
         const std::optional<Mismatch> wrong = model_.store(p.seq, layer, p.n_new, p.in.k.data(), p.in.v.data(),
                                                            k.data(), v.data(), pipeline_.rope, ks.data(), vs.data(),
@@ -94,6 +100,112 @@ private:
             if (!storage_mismatch_) storage_mismatch_ = wrong; // EQUIV's diagnosis names the first
         }
         if (checks_.equiv && !p.extreme) grade_call(p, layer, out);
+    }
+
+    // ---- evicting caches (docs/windowed-caches.md) ----
+    struct Dropped { // rows [begin, end) an evicting cache no longer returns (dropped_rows)
+        uint32_t begin = 0, end = 0;
+    };
+    // Rows pos .. pos+n-1 of (seq, layer) into k, v (and ks, vs for a quantized dtype). Rows the cache dropped
+    // (dropped_rows) are not read: they are copied from `fill` (byte arrays that start at row pos).
+    struct Fill {
+        const std::vector<uint8_t>*k, *v, *ks, *vs;
+    };
+    void read_kept(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, Dropped gone, const Fill& fill,
+                   std::vector<uint8_t>& k, std::vector<uint8_t>& v, std::vector<uint8_t>& ks,
+                   std::vector<uint8_t>& vs) {
+        const uint32_t end = pos + n;
+        const uint32_t a = std::clamp(gone.begin, pos, end), b = std::clamp(gone.end, a, end);
+        read_into(seq, layer, pos, a - pos, k, v, ks, vs, 0, 0);
+        const auto kv = [&](uint32_t r) { return static_cast<std::ptrdiff_t>(model_.kv_bytes(r)); };
+        const auto sc = [&](uint32_t r) { return static_cast<std::ptrdiff_t>(model_.scale_bytes(r)); };
+        if (b > a) {
+            std::copy(fill.k->begin() + kv(a - pos), fill.k->begin() + kv(b - pos), k.begin() + kv(a - pos));
+            std::copy(fill.v->begin() + kv(a - pos), fill.v->begin() + kv(b - pos), v.begin() + kv(a - pos));
+            if (model_.quantized()) {
+                std::copy(fill.ks->begin() + sc(a - pos), fill.ks->begin() + sc(b - pos), ks.begin() + sc(a - pos));
+                std::copy(fill.vs->begin() + sc(a - pos), fill.vs->begin() + sc(b - pos), vs.begin() + sc(a - pos));
+            }
+        }
+        read_into(seq, layer, b, end - b, k, v, ks, vs, model_.kv_bytes(b - pos), model_.scale_bytes(b - pos));
+    }
+
+    // Rows pos .. pos+n-1 into k, v (and ks, vs) at byte offsets at, at_scales.
+    void read_into(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, std::vector<uint8_t>& k,
+                   std::vector<uint8_t>& v, std::vector<uint8_t>& ks, std::vector<uint8_t>& vs, size_t at,
+                   size_t at_scales) {
+        if (n == 0) return;
+        std::vector<uint8_t> rk(model_.kv_bytes(n)), rv(model_.kv_bytes(n));
+        driver_.read_kv(seq, layer, pos, n, rk, rv);
+        std::copy(rk.begin(), rk.end(), k.begin() + static_cast<std::ptrdiff_t>(at));
+        std::copy(rv.begin(), rv.end(), v.begin() + static_cast<std::ptrdiff_t>(at));
+        if (!model_.quantized()) return;
+        std::vector<uint8_t> rks(model_.scale_bytes(n)), rvs(model_.scale_bytes(n));
+        driver_.read_kv_scales(seq, layer, pos, n, rks, rvs);
+        std::copy(rks.begin(), rks.end(), ks.begin() + static_cast<std::ptrdiff_t>(at_scales));
+        std::copy(rvs.begin(), rvs.end(), vs.begin() + static_cast<std::ptrdiff_t>(at_scales));
+    }
+
+    // Whether read_kv of rows pos .. end-1 of (seq, layer), holding len rows, succeeds, or says the cache dropped one
+    // of them. Empty ranges are readable.
+    bool readable(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t end, uint32_t len) {
+        if (pos >= end || end > len) return pos >= end;
+        std::vector<uint8_t> k(model_.kv_bytes(end - pos)), v(model_.kv_bytes(end - pos));
+        try {
+            driver_.read_kv(seq, layer, pos, end - pos, k, v);
+            return true;
+        } catch (const AbiError& e) {
+            if (e.status() != KVC_ERR_EVICTED) throw;
+            return false;
+        }
+    }
+
+    // The rows (seq, layer), holding len rows, no longer returns: an evicting cache drops one run of rows between
+    // the sinks and the window, [begin, end) with S <= begin <= end <= the first row a later query sees; it may keep
+    // dead rows on either side (a block it shares with the sinks, the rest of the window's first block). Found by
+    // bisection from both sides and recorded in the model (its live bytes). A dropped row that a later query can
+    // still see is a failure of the property running; the run is then taken as no longer than the dead rows.
+    Dropped dropped_rows(uint32_t seq, uint32_t layer, uint32_t len) {
+        const uint32_t S = std::min(cfg_.n_sinks, len);
+        if (!cfg_.evict || cfg_.window(layer) == 0 || len == 0) return {S, S};
+        if (S > 0 && !readable(seq, layer, 0, S, len)) {
+            fail_dropped(seq, layer, len, 0, "a sink");
+            return {S, S};
+        }
+        const uint32_t dead_end = std::max(cfg_.dead_end(layer, len), S); // rows S .. dead_end-1 may be gone
+        if (!readable(seq, layer, dead_end, len, len)) {
+            uint32_t p = dead_end; // the first row that is gone though a later query sees it
+            while (p + 1 < len && readable(seq, layer, p + 1, len, len)) ++p;
+            fail_dropped(seq, layer, len, p, "a row inside the window");
+            return {S, S};
+        }
+        uint32_t lo = S, hi = dead_end; // the smallest readable start of the suffix
+        while (lo < hi) {
+            const uint32_t mid = lo + (hi - lo) / 2;
+            if (readable(seq, layer, mid, len, len)) hi = mid;
+            else lo = mid + 1;
+        }
+        const uint32_t end = lo;
+        uint32_t a = S, b = end; // the largest readable end of the prefix
+        while (a < b) {
+            const uint32_t mid = a + (b - a + 1) / 2;
+            if (readable(seq, layer, 0, mid, len)) a = mid;
+            else b = mid - 1;
+        }
+        model_.set_dropped(seq, layer, a, end);
+        return {a, end};
+    }
+
+    void fail_dropped(uint32_t seq, uint32_t layer, uint32_t len, uint32_t pos, const char* what) {
+        Mismatch m;
+        m.what = "evicted row";
+        m.seq = static_cast<int>(seq);
+        m.layer = static_cast<int>(layer);
+        m.pos = static_cast<int>(pos);
+        scope_.fail(std::string("the cache dropped ") + what + " (position " + std::to_string(pos) +
+                        ") that the next query still sees: window " + std::to_string(cfg_.window(layer)) +
+                        ", sinks " + std::to_string(cfg_.n_sinks) + ", length " + std::to_string(len),
+                    m);
     }
 
     // Grades a call's outputs: every row when the oracle's cost (n_new * T * Hq * d, in long double) is small, and
@@ -147,7 +259,8 @@ private:
         const CacheModel::Stream& s = model_.stream(seq, layer);
         const std::vector<float> q = queries_as_rounded(
             pipeline_, rows.q, static_cast<size_t>(rows.n_rows) * cfg_.n_q_heads * cfg_.head_dim);
-        const Expected e = expect_outputs(cfg_, q.data(), rows.n_rows, s.k_raw, s.v_raw, rows.history);
+        const Expected e =
+            expect_outputs(cfg_, q.data(), rows.n_rows, s.k_raw, s.v_raw, rows.history, HeadMap::Repeat, 0, layer);
         const uint32_t d = cfg_.head_dim;
         for (size_t o = 0; o < e.oracle.size(); ++o) {
             const double err = std::fabs(static_cast<double>(rows.out[o]) - static_cast<double>(e.oracle[o])) /
@@ -177,6 +290,7 @@ private:
                 why += "; the outputs match query head h reading KV head h % n_kv_heads ('tile') instead of "
                        "h / (n_q_heads / n_kv_heads) ('repeat')";
         }
+        if (cfg_.window(layer) > 0) why += window_diagnosis(layer, rows, model_.stream(seq, layer));
         if (checks_.diagnose_layers)
             for (uint32_t other = 0; other < cfg_.n_layers; ++other) {
                 // another layer as long as the graded rows' history (a sampled row's history is truncated)
@@ -188,6 +302,53 @@ private:
                 }
             }
         return why;
+    }
+
+    // What a windowed layer's failed outputs match instead, told at the first row that fails: a window one key too
+    // wide or too narrow, the window of the call's first row used for every row, or the sinks left out. Each is
+    // graded with the bound of the declared pipeline, as the outputs were.
+    std::string window_diagnosis(uint32_t layer, const GradedRows& rows, const CacheModel::Stream& s) const {
+        const uint32_t W = cfg_.window(layer), S = cfg_.n_sinks;
+        const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * cfg_.head_dim;
+        const auto row_matches = [&](uint32_t i, uint32_t w, uint32_t sinks) {
+            CaseConfig alt = cfg_;
+            alt.windows[layer] = w;
+            alt.n_sinks = sinks;
+            const uint32_t history = rows.history - rows.n_rows + i + 1;
+            const Expected e = expect_outputs(alt, rows.q + i * qrow, 1, s.k_eff, s.v_eff, history, HeadMap::Repeat,
+                                              0, layer);
+            return grade_outputs(cfg_, pipeline_, rows.out + i * qrow, e).pass;
+        };
+        for (uint32_t i = 0; i < rows.n_rows; ++i) {
+            if (row_matches(i, W, S)) continue;
+            const uint32_t P = rows.history - rows.n_rows + i, first = rows.call_begin;
+            const std::string at = "query at position " + std::to_string(P);
+            const std::string w = std::to_string(W);
+            // the call's last row tells the first row's window apart from a window one key too wide
+            const uint32_t last = rows.history - 1;
+            if (last > first + 1 && row_matches(rows.n_rows - 1, W + (last - first), S) &&
+                !row_matches(rows.n_rows - 1, W + 1, S))
+                return "; the outputs match the window of the call's first row used for every row: query at position " +
+                       std::to_string(last) + " attended keys from " +
+                       std::to_string(first + 1 >= W ? first + 1 - W : 0) + " (those of position " +
+                       std::to_string(first) + "); its own window of " + w + " starts at " +
+                       std::to_string(last + 1 >= W ? last + 1 - W : 0);
+            if (row_matches(i, W + 1, S))
+                return "; the outputs match a window of " + std::to_string(W + 1) + " keys: " + at +
+                       (P >= W && P - W >= S ? " attended key " + std::to_string(P - W) + ", outside its window of " + w
+                                             : " (window " + w + ")");
+            if (W > 1 && row_matches(i, W - 1, S))
+                return "; the outputs match a window of " + std::to_string(W - 1) + " keys: " + at +
+                       (P + 1 >= W && P + 1 - W >= S
+                            ? " did not attend key " + std::to_string(P + 1 - W) + ", inside its window of " + w
+                            : " (window " + w + ")");
+            if (S > 0 && row_matches(i, W, 0))
+                return "; the outputs match attention without the " + std::to_string(S) + " sinks: " + at +
+                       " did not attend positions 0.." + std::to_string(S - 1) + ", which stay visible in a windowed "
+                       "layer";
+            return "";
+        }
+        return "";
     }
 
     // ---- fork and release ----
@@ -214,8 +375,11 @@ private:
         if (len == 0) return;
         std::vector<uint8_t> k(model_.kv_bytes(len)), v(model_.kv_bytes(len));
         std::vector<uint8_t> ks(model_.scale_bytes(len)), vs(model_.scale_bytes(len));
-        driver_.read_kv(seq, layer, 0, len, k, v);
-        if (model_.quantized()) driver_.read_kv_scales(seq, layer, 0, len, ks, vs);
+        // an evicting cache's dropped rows stand in as recorded; only the rows it still holds are compared
+        const Dropped gone = dropped_rows(seq, layer, len);
+        const CacheModel::Stream& st = model_.stream(seq, layer);
+        read_kept(seq, layer, 0, len, gone, {&st.k_bits, &st.v_bits, &st.k_scale_bits, &st.v_scale_bits}, k, v, ks,
+                  vs);
         if (const std::optional<Mismatch> m = model_.first_changed(seq, layer, k.data(), v.data(), ks.data(), vs.data()))
             scope_.fail(reason + (m->what.find("scale") != std::string::npos ? " (a stored scale changed)" : ""), *m);
     }
@@ -227,7 +391,12 @@ private:
                     compare_rows(seq, l, std::string("a row read back earlier changed: ") + kRewrittenRule);
                 if (checks_.lengths) check_length(seq, l);
             }
-        if (checks_.memory) check_memory_report(scope_, driver_.memory(), model_, forked_);
+        if (checks_.memory) {
+            if (cfg_.evict) // the live bytes count what the cache still holds
+                for (uint32_t seq = 0; seq < cfg_.max_seqs; ++seq)
+                    for (uint32_t l = 0; l < cfg_.n_layers; ++l) dropped_rows(seq, l, model_.length(seq, l));
+            check_memory_report(scope_, driver_.memory(), model_, forked_);
+        }
     }
 
     void check_length(uint32_t seq, uint32_t layer) {

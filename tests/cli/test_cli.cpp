@@ -585,12 +585,21 @@ TEST_F(Cli, ListShowsPropertiesBuiltinsAndVocabulary) {
 }
 
 // The offline route does not carry quantized caches yet: export refuses them by name instead of writing f32 rows.
-TEST_F(Cli, ExportRefusesQuantizedDtypes) {
+// The offline route carries quantized caches: a quantized dtype named alone is exported with cases of that dtype;
+// a dtype kvcheck does not know is refused.
+TEST_F(Cli, ExportCarriesQuantizedDtypes) {
     for (const char* dt : {"fp8_e4m3", "fp8_e5m2", "int8_token", "q8_0"}) {
-        const Outcome r = kvcheck(std::string("export --out vq --cases 1 --properties EQUIV --dtypes ") + dt);
-        EXPECT_EQ(r.rc, 2) << dt << "\n" << r.all();
-        EXPECT_NE(r.all().find("quantized"), std::string::npos) << r.all();
+        const std::string out = std::string("vq_") + dt;
+        const Outcome r = kvcheck("export --out " + out + " --cases 1 --properties EQUIV --dtypes " + dt);
+        ASSERT_EQ(r.rc, 0) << dt << "\n" << r.all();
+        std::ifstream in(path(out) / "manifest.json");
+        ASSERT_TRUE(in) << dt;
+        const auto manifest = nlohmann::json::parse(in);
+        EXPECT_EQ(manifest.at("cases").at(0).at("config").at("dtype").get<std::string>(), dt);
     }
+    const Outcome bad = kvcheck("export --out vbad --cases 1 --properties EQUIV --dtypes fp9");
+    EXPECT_EQ(bad.rc, 2) << bad.all();
+    EXPECT_NE(bad.all().find("unknown dtype"), std::string::npos) << bad.all();
 }
 
 // A built-in that cannot run here (the CUDA engine on a machine without a GPU) is never judged: named alone it is

@@ -75,6 +75,30 @@ TEST(Safetensors, WrittenFileReadsBackTheSame) {
 
 TEST(Safetensors, SameFileSameBytes) { EXPECT_EQ(kvc::st::serialize(sample()), kvc::st::serialize(sample())); }
 
+// A quantized cache's dumps: fp8 codes in their own dtypes, int8 codes as I8, scales as F32 or F16; each one byte
+// per code, and a byte span that is not the element count times that size is refused, naming the dtype.
+TEST(Safetensors, QuantizedCodeAndScaleDtypes) {
+    File f;
+    f.add("step0.k", DType::F8_E4M3, {1, 2, 4}).data = {0x38, 0x7e, 0xb8, 0x80, 0x00, 0x01, 0x3a, 0xfe};
+    f.add("step0.v", DType::F8_E5M2, {1, 2, 4}).data = {0x3c, 0x7b, 0xbc, 0x80, 0x00, 0x01, 0x3d, 0xfb};
+    f.add("step1.k", DType::I8, {1, 1, 4}).data = {0x81, 0xff, 0x00, 0x7f};
+    f.add("step1.k.scales", DType::F16, {1, 1, 2}).data = {0x00, 0x3c, 0x00, 0x20};
+    const std::vector<uint8_t> bytes = kvc::st::serialize(f);
+    const File g = kvc::st::parse(bytes.data(), bytes.size(), "q.safetensors");
+    for (const auto& [name, t] : f.tensors) {
+        const kvc::st::Tensor* u = g.find(name);
+        ASSERT_NE(u, nullptr) << name;
+        EXPECT_EQ(u->dtype, t.dtype) << name;
+        EXPECT_EQ(u->data, t.data) << name;
+    }
+    for (const char* dt : {"F8_E4M3", "F8_E5M2", "I8"}) {
+        EXPECT_EQ(kvc::st::dtype_size(*kvc::st::dtype_from_name(dt)), 1u) << dt;
+        const std::string h = std::string(R"({"c":{"dtype":")") + dt + R"(","shape":[2,4],"data_offsets":[0,16]}})";
+        EXPECT_TRUE(contains(problem(craft(h, 16)), std::string("dtype ") + dt)) << problem(craft(h, 16));
+    }
+    EXPECT_FALSE(kvc::st::dtype_from_name("F8_E4M3FN").has_value()); // the safetensors name has no FN
+}
+
 TEST(Safetensors, AcceptsAMinimalFile) {
     EXPECT_EQ(problem(craft("{}", 0)), "");
     EXPECT_EQ(problem(craft(R"({"a":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}}   )", 3)), "");

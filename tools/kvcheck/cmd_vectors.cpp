@@ -28,7 +28,7 @@ void add_export(CLI::App& app, int& exit_code) {
     cmd->add_option("--properties", o.properties, "comma-separated property IDs that can be graded offline")
         ->delimiter(',')
         ->capture_default_str();
-    cmd->add_option("--dtypes", o.dtypes, "comma-separated cache dtypes to keep (f32, f16, bf16)")
+    cmd->add_option("--dtypes", o.dtypes, "comma-separated cache dtypes to keep (f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8_token, q8_0)")
         ->delimiter(',')
         ->capture_default_str();
     cmd->add_option("--caps", o.caps,

@@ -4,7 +4,8 @@ File layout: an 8-byte little-endian header length N, N bytes of JSON header
 {name: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {str: str}},
 then the tensors' raw little-endian row-major bytes back to back.
 
-numpy has no bfloat16: BF16 tensors are read and written as uint16 bit patterns.
+numpy has no bfloat16 and no fp8: BF16 tensors are read and written as uint16 bit patterns, F8_E4M3 and F8_E5M2
+tensors (a quantized cache's fp8 codes) as uint8 bit patterns. A quantized cache's int8 codes are I8.
 """
 
 import json
@@ -26,6 +27,8 @@ DTYPES = {
     "U32": np.dtype("<u4"),
     "U16": np.dtype("<u2"),
     "U8": np.dtype("u1"),
+    "F8_E4M3": np.dtype("u1"),  # bit patterns
+    "F8_E5M2": np.dtype("u1"),  # bit patterns
     "BOOL": np.dtype("?"),
 }
 
@@ -71,7 +74,13 @@ def write(path, tensors, metadata=None):
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name, dtype_name, array in tensors:
-        raw = np.ascontiguousarray(array, dtype=DTYPES[dtype_name]).tobytes()
+        if dtype_name not in DTYPES:
+            raise FormatError(f"{path}: tensor {name}: unsupported dtype {dtype_name}")
+        want = DTYPES[dtype_name]
+        # bit patterns are written as they are, never converted: fp8 codes from uint8, bf16 from uint16
+        if want.kind in "ui" and np.asarray(array).dtype.kind == "f":
+            raise FormatError(f"{path}: tensor {name}: {dtype_name} takes integer or bit-pattern arrays, not floats")
+        raw = np.ascontiguousarray(array, dtype=want).tobytes()
         header[name] = {"dtype": dtype_name, "shape": list(array.shape), "data_offsets": [at, at + len(raw)]}
         chunks.append(raw)
         at += len(raw)

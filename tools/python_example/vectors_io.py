@@ -8,6 +8,10 @@ A driver brings only its cache. run_cases makes one per case with make_cache(con
                                                 out [n, n_q_heads, d] float32 (n may be 0)
     dump(seq, layer) -> (k, v)                  every row of (seq, layer) as stored, [rows, n_kv_heads, d], numpy
                                                 arrays of the cache dtype (bf16 as uint16 bit patterns)
+                     -> (k, v, k_scales, v_scales)  for a quantized cache (config["codes_dtype"] present): the codes
+                                                (fp8 as uint8 bit patterns, int8_token and q8_0 as int8) and their
+                                                scales, [rows, n_kv_heads] (q8_0: [rows, n_kv_heads, d / 32]),
+                                                float32, or float16 where config["scales_dtype"] is F16
     fork(parent, child), release(seq)
     live_bytes() -> int                         bytes of K and V held for live tokens
 
@@ -25,8 +29,10 @@ import numpy as np
 
 import safetensors_np as st
 
-# a config's cache dtype -> the safetensors dtype its dumps are written in
-STORED = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
+# a config's cache dtype -> the safetensors dtype its dumps are written in (a quantized dtype's codes: fp8 in its own
+# dtype, the int8 codes of int8_token and q8_0 as I8; the manifest's config also says it, as "codes_dtype")
+STORED = {"f32": "F32", "f16": "F16", "bf16": "BF16", "fp8_e4m3": "F8_E4M3", "fp8_e5m2": "F8_E5M2",
+          "int8_token": "I8", "q8_0": "I8"}
 
 
 def load_manifest(vectors_dir, prog):
@@ -80,7 +86,16 @@ def run_case(vectors_dir, results_dir, case, cache):
     """The case's steps on cache; writes <file>.safetensors (outputs and dumps) and <file>.json (live bytes)."""
     inputs, _, _ = st.read(os.path.join(vectors_dir, case["inputs"]))
     stored = STORED[case["config"]["dtype"]]
+    scales = case["config"].get("scales_dtype")  # a quantized cache: every dump has its scales beside it
     out, live = [], []
+
+    def dumped(names, rows):
+        if scales is None:
+            return [(names["k"], stored, rows[0]), (names["v"], stored, rows[1])]
+        k, v, ks, vs = rows
+        return [(names["k"], stored, k), (names["v"], stored, v), (names["k_scales"], scales, ks),
+                (names["v_scales"], scales, vs)]
+
     for step in case["steps"]:
         if step["op"] in ("append", "append_batch"):
             names = step["inputs"]
@@ -92,8 +107,7 @@ def run_case(vectors_dir, results_dir, case, cache):
             for sl in slices:
                 b, e = sl["token_begin"], sl["token_end"]
                 o[b:e] = cache.append_attend(sl["seq"], step["layer"], q[b:e], k[b:e], v[b:e])
-                kd, vd = cache.dump(sl["seq"], step["layer"])
-                out += [(sl["dump"]["k"], stored, kd), (sl["dump"]["v"], stored, vd)]
+                out += dumped(sl["dump"], cache.dump(sl["seq"], step["layer"]))
             out.append((f"step{step['step']}.out", "F32", o))
         elif step["op"] == "fork":
             cache.fork(step["parent"], step["child"])
@@ -103,8 +117,7 @@ def run_case(vectors_dir, results_dir, case, cache):
             raise ValueError(f"{case['id']}: unknown op {step['op']}")
         live.append(int(cache.live_bytes()))
     for d in case["final_dumps"]:
-        kd, vd = cache.dump(d["seq"], d["layer"])
-        out += [(d["k"], stored, kd), (d["v"], stored, vd)]
+        out += dumped(d, cache.dump(d["seq"], d["layer"]))
     st.write(os.path.join(results_dir, case["file"] + ".safetensors"), out, {"case": case["id"]})
     with open(os.path.join(results_dir, case["file"] + ".json"), "w") as f:
         json.dump({"case": case["id"], "live_bytes": live}, f)

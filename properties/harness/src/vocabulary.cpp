@@ -60,6 +60,9 @@ const std::vector<Word>& feature_words() {
         {KVC_FEATURE_RELEASE, "release", "release(): a sequence is emptied and its storage reused"},
         {KVC_FEATURE_BATCH, "batch", "append_attend_batch(): several sequences of one layer in one call"},
         {KVC_FEATURE_CHUNKED, "chunked", "several new tokens onto a sequence that already holds tokens"},
+        {KVC_FEATURE_WINDOW, "window", "a sliding window per layer: a query sees only the last W keys (and the sinks)"},
+        {KVC_FEATURE_SINKS, "sinks", "attention sinks: the first S tokens stay visible in windowed layers"},
+        {KVC_FEATURE_EVICT, "evict", "rows no later query can see are dropped and their memory freed or reused"},
     };
     return w;
 }
@@ -139,6 +142,8 @@ nlohmann::json caps_to_json(const kvc_caps& caps) {
               {"max_head_dim", limit(caps.max_head_dim)},
               {"max_seqs", limit(caps.max_seqs)},
               {"max_tokens", limit(caps.max_tokens)},
+              {"max_window", limit(caps.max_window)},
+              {"max_sinks", limit(caps.max_sinks)},
               {"head_dim_multiple", caps.head_dim_multiple > 1 ? nlohmann::json(caps.head_dim_multiple) : nullptr},
               {"head_dim_multiple_rope",
                caps.head_dim_multiple_rope > 1 ? nlohmann::json(caps.head_dim_multiple_rope) : nullptr}}},

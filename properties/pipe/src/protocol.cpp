@@ -136,6 +136,10 @@ kvc_caps decode_caps(const unsigned char in[kCapsReplyBytes]) {
                        &c.pipeline.probs,  &c.pipeline.accum,    &c.pipeline.output, &c.pipeline.flags,
                        &c.quant};
     for (int i = 0; i < 21; ++i) *f[i] = get_u32(in + 4 * i);
+    // The create frame carries no windows, sinks or eviction: a client declaring them is judged without them
+    // rather than given a config it would read wrongly.
+    c.features &= ~(KVC_FEATURE_WINDOW | KVC_FEATURE_SINKS | KVC_FEATURE_EVICT | KVC_FEATURE_HEAD_DIM_V |
+                    KVC_FEATURE_ROPE_RANGE);
     return c;
 }
 

@@ -1,5 +1,6 @@
 #include "grade_inputs.hpp"
 
+#include "kvcheck/abi.hpp"
 #include "kvcheck/harness/input_file.hpp"
 #include "kvcheck/vectors/safetensors.hpp"
 
@@ -166,7 +167,7 @@ Vectors load_vectors(const fs::path& dir) {
             throw BadInput(where + ": \"steps\" does not list the " + std::to_string(vc.steps.size()) +
                            " steps of the case's script");
         for (size_t i = 0; i < vc.steps.size(); ++i)
-            if (steps[i] != step_json(vc.steps[i], i))
+            if (steps[i] != step_json(vc.steps[i], i, dtype_is_quantized(vc.c.cfg.cache_dtype)))
                 throw BadInput(where + ": step " + std::to_string(i) + " does not match the case's script");
         // Only files inside the vectors directory are opened (no absolute path, no "..", no symbolic link leading
         // out of it): a manifest must not make grade read /etc/shadow, nor show its bytes in an error.

@@ -20,6 +20,15 @@ const CapWord kWords[] = {
     {"dtype f32", &kvc_caps::dtypes, 1u << KVC_DTYPE_F32},
     {"dtype f16", &kvc_caps::dtypes, 1u << KVC_DTYPE_F16},
     {"dtype bf16", &kvc_caps::dtypes, 1u << KVC_DTYPE_BF16},
+    {"dtype fp8_e4m3", &kvc_caps::dtypes, 1u << KVC_DTYPE_FP8_E4M3},
+    {"dtype fp8_e5m2", &kvc_caps::dtypes, 1u << KVC_DTYPE_FP8_E5M2},
+    {"dtype int8_token", &kvc_caps::dtypes, 1u << KVC_DTYPE_INT8_TOKEN},
+    {"dtype q8_0", &kvc_caps::dtypes, 1u << KVC_DTYPE_Q8_0},
+    // the scale forms beyond an fp8 dtype's unscaled codes and int8's f32 scales, named as a case's "requires"
+    // names them (prop::missing_caps)
+    {"fp8 scale per tensor", &kvc_caps::quant, KVC_QUANT_FP8_SCALE_TENSOR},
+    {"fp8 scale per kv head", &kvc_caps::quant, KVC_QUANT_FP8_SCALE_KV_HEAD},
+    {"int8 scale in f16", &kvc_caps::quant, KVC_QUANT_INT8_SCALE_F16},
     {"rope neox", &kvc_caps::rope_variants, 1u << KVC_ROPE_NEOX},
     {"rope gptj", &kvc_caps::rope_variants, 1u << KVC_ROPE_GPTJ},
     {"gqa", &kvc_caps::features, KVC_FEATURE_GQA},
@@ -85,6 +94,9 @@ Declared declared_from_json(const json& j, bool need_pipeline) {
     if (has_p) {
         d.pipeline = prop::pipeline_from_json(j["pipeline"]); // throws invalid_argument with the problem
         d.has_pipeline = true;
+        // a q quantized to q8_0 blocks needs head_dim in whole blocks of 32: cases are drawn, and judged supported,
+        // with the pipeline in the caps as a plugin declares it (prop::head_dim_multiple)
+        d.caps.pipeline = prop::to_abi(d.pipeline);
     } else if (has_prec) {
         const json& w = j["precision"];
         const std::string s = w.is_string() ? w.get<std::string>() : "";
@@ -119,9 +131,6 @@ json declared_to_json(const Declared& d) {
 
 std::vector<std::string> unsupported(const prop::Case& c, const kvc_caps& caps) {
     std::vector<std::string> why = prop::missing_caps(prop::required_caps(c), caps);
-    if (dtype_is_quantized(c.cfg.cache_dtype)) // never exported; a hand-written manifest is refused, not misjudged
-        why.push_back(std::string("dtype ") + dtype_name(c.cfg.cache_dtype) +
-                      " (quantized: the offline route does not carry codes and scales yet; use kvcheck validate)");
     const bool rope = c.cfg.rope != KVC_ROPE_NONE;
     const uint32_t mult = rope && caps.head_dim_multiple_rope > 0 ? caps.head_dim_multiple_rope : caps.head_dim_multiple;
     if (mult > 1 && c.cfg.head_dim % mult != 0)

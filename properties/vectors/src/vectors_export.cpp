@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 namespace {
 
 int dtype_from_word(const std::string& w) {
-    for (uint32_t d = 0; d < 3; ++d)
+    for (uint32_t d = KVC_DTYPE_F32; d <= KVC_DTYPE_Q8_0; ++d)
         if (w == dtype_name(d)) return static_cast<int>(d);
     return -1;
 }
@@ -52,8 +52,12 @@ struct Written {
     nlohmann::json expected_json;
 };
 
-Written export_case(const prop::Property& p, const prop::RunSettings& settings, int index, const prop::Case& c) {
-    const prop::CaseConfig& cfg = c.cfg;
+// q8_0_rounding: the declared rounding of q8_0 codes (Pipeline::q8_0_rounding), which decides the expected codes.
+Written export_case(const prop::Property& p, const prop::RunSettings& settings, int index, const prop::Case& c,
+                    uint32_t q8_0_rounding) {
+    prop::CaseConfig cfg = c.cfg;
+    cfg.q8_0_rounding = q8_0_rounding;
+    const bool quantized = dtype_is_quantized(cfg.cache_dtype);
     const std::string id = prop::case_id(p.id, index);
     const std::string stem = case_stem(id);
     const uint64_t Hq = cfg.n_q_heads, Hkv = cfg.n_kv_heads, d = cfg.head_dim;
@@ -68,7 +72,7 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
     const std::vector<Step> expanded = expand_steps(c);
     for (size_t i = 0; i < expanded.size(); ++i) {
         const Step& step = expanded[i];
-        steps.push_back(step_json(step, i));
+        steps.push_back(step_json(step, i, quantized));
         nlohmann::json ej = {{"step", i}};
         if (step.appends()) {
             const AppendInputs in = step_inputs(c, step);
@@ -80,7 +84,7 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
             // per slice, packed like the inputs: [n][..]
             std::vector<double> oracle, allowed_f32, allowed_c16;
             std::vector<float> v_scale;
-            std::vector<uint8_t> k_bits, v_bits;
+            std::vector<uint8_t> k_bits, v_bits, k_scales, v_scales;
             nlohmann::json rows = nlohmann::json::array();
             for (const Slice& sl : step.slices) {
                 const float* q = in.q.data() + sl.token_begin * Hq * d;
@@ -90,9 +94,12 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
                 const prop::CacheModel::Stream& strm = model.stream(sl.seq, step.layer);
                 k_bits.insert(k_bits.end(), r.k_bits.begin(), r.k_bits.end());
                 v_bits.insert(v_bits.end(), r.v_bits.begin(), r.v_bits.end());
+                k_scales.insert(k_scales.end(), r.k_scale_bits.begin(), r.k_scale_bits.end());
+                v_scales.insert(v_scales.end(), r.v_scale_bits.begin(), r.v_scale_bits.end());
                 rows.push_back(strm.len);
                 if (sl.n_new == 0) continue;
-                const prop::Expected e = prop::expect_outputs(cfg, q, sl.n_new, strm.k_eff, strm.v_eff, strm.len);
+                const prop::Expected e = prop::expect_outputs(cfg, q, sl.n_new, strm.k_eff, strm.v_eff, strm.len,
+                                                              prop::HeadMap::Repeat, 0, step.layer);
                 oracle.insert(oracle.end(), e.oracle.begin(), e.oracle.end());
                 v_scale.insert(v_scale.end(), e.v_scale.begin(), e.v_scale.end());
                 const RowBounds bounds = row_bounds(cfg, e);
@@ -109,6 +116,12 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
                         allowed_c16.data(), allowed_c16.size());
             w.expected.add(step_name(i, "k"), cdt, {n, Hkv, d}).data = k_bits;
             w.expected.add(step_name(i, "v"), cdt, {n, Hkv, d}).data = v_bits;
+            if (quantized) {
+                w.expected.add(scales_name(step_name(i, "k")), scales_st_dtype(cfg), scales_shape(cfg, n)).data =
+                    k_scales;
+                w.expected.add(scales_name(step_name(i, "v")), scales_st_dtype(cfg), scales_shape(cfg, n)).data =
+                    v_scales;
+            }
             // an append gives the length of its (seq, layer); a batch one length per slice
             ej["rows"] = step.kind == StepKind::Append ? rows[0] : rows;
         } else if (step.kind == StepKind::Fork) {
@@ -124,8 +137,9 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
         for (uint32_t l = 0; l < cfg.n_layers; ++l)
             if (model.length(sq, l) > 0) {
                 const std::string base = "final.s" + std::to_string(sq) + ".l" + std::to_string(l);
-                finals.push_back({{"seq", sq}, {"layer", l}, {"rows", model.length(sq, l)}, {"k", base + ".k"},
-                                  {"v", base + ".v"}});
+                nlohmann::json f = {{"seq", sq}, {"layer", l}, {"rows", model.length(sq, l)}};
+                f.update(dump_names_json(base + ".k", base + ".v", quantized));
+                finals.push_back(f);
             }
 
     w.entry = {{"id", id},
@@ -144,6 +158,10 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
                {"case_text", prop::describe(c)}};
     w.expected_json = {{"kvcheck_vectors_expected", kVectorsFormat}, {"id", id}, {"steps", expected_steps},
                        {"final_dumps", finals}};
+    if (quantized) { // what the expected codes and scales were made with, beside them
+        w.expected_json["quantization"] = quant_config_json(cfg);
+        w.expected_json["quantization"]["q8_0_rounding"] = prop::q8_0_rounding_name(q8_0_rounding);
+    }
     return w;
 }
 
@@ -177,17 +195,9 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
     std::set<uint32_t> dtypes;
     for (const std::string& w : o.dtypes) {
         const int dt = dtype_from_word(w);
-        if (dt < 0 && w != "unknown-dtype" && [&] {
-                for (uint32_t d = KVC_DTYPE_FP8_E4M3; d <= KVC_DTYPE_Q8_0; ++d)
-                    if (w == dtype_name(d)) return true;
-                return false;
-            }()) {
-            err << "kvcheck export: dtype \"" << w << "\" is quantized: the offline route does not carry quantized "
-                << "caches (codes and scales) yet; judge them with kvcheck validate --plugin (docs/vectors.md)\n";
-            return kExitBadInput;
-        }
         if (dt < 0) {
-            err << "kvcheck export: unknown dtype \"" << w << "\" (f32, f16, bf16)\n";
+            err << "kvcheck export: unknown dtype \"" << w
+                << "\" (f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8_token, q8_0)\n";
             return kExitBadInput;
         }
         dtypes.insert(static_cast<uint32_t>(dt));
@@ -211,6 +221,20 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
             return kExitBadInput;
         }
     }
+
+    // Without --caps, cases are drawn as for an implementation that declares everything (prop::full_caps, 16-bit
+    // dtypes only); a quantized dtype asked for is added to that declaration with every scale form, so that its
+    // cases are drawn at all (an export of 16-bit dtypes alone draws what it always drew).
+    kvc_caps draw_caps = prop::full_caps();
+    const kvc_caps* draw_limits = have_caps ? &declared.caps : nullptr;
+    if (!have_caps)
+        for (uint32_t d : dtypes)
+            if (dtype_is_quantized(d)) {
+                draw_caps.dtypes |= 1u << d;
+                draw_caps.quant = KVC_QUANT_FP8_SCALE_TENSOR | KVC_QUANT_FP8_SCALE_KV_HEAD | KVC_QUANT_INT8_SCALE_F16;
+                draw_limits = &draw_caps;
+            }
+    const uint32_t q8_0_rounding = have_caps ? declared.pipeline.q8_0_rounding : 0u;
 
     const fs::path dir(o.out);
     std::error_code ec;
@@ -264,7 +288,7 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
             int accepted = 0;
             const int limit = o.cases * 200;
             for (int index = 0; accepted < o.cases && index < limit; ++index) {
-                const prop::Case c = prop::generate_case(*p, settings, index, have_caps ? &declared.caps : nullptr);
+                const prop::Case c = prop::generate_case(*p, settings, index, draw_limits);
                 if (!dtypes.count(c.cfg.cache_dtype)) continue;
                 if (have_caps) {
                     const std::vector<std::string> needs = unsupported(c, declared.caps);
@@ -274,7 +298,7 @@ int run_export(const ExportOptions& o, std::ostream& out, std::ostream& err) {
                     }
                 }
                 ++accepted;
-                const Written w = export_case(*p, settings, index, c);
+                const Written w = export_case(*p, settings, index, c, q8_0_rounding);
                 st::write_file((dir / w.entry["inputs"].get<std::string>()).string(), w.inputs);
                 st::write_file((dir / w.entry["expected"].get<std::string>()).string(), w.expected);
                 st::write_bytes_atomically((dir / w.entry["expected_json"].get<std::string>()).string(),

@@ -53,7 +53,8 @@ class CaseGrader {
 public:
     CaseGrader(const VCase& vc, const Results& res, const st::File& f, const json& js, std::string file)
         : vc_(vc), res_(res), results_(f), results_json_(js), file_(std::move(file)), cfg_(vc.c.cfg),
-          head_dim_(cfg_.head_dim), row_elems_(static_cast<size_t>(cfg_.n_kv_heads) * head_dim_), model_(cfg_) {}
+          head_dim_(cfg_.head_dim), row_elems_(static_cast<size_t>(cfg_.n_kv_heads) * head_dim_), model_(cfg_),
+          quantized_(model_.quantized()) {}
 
     // Throws CaseFail / CaseError.
     void run() {
@@ -103,8 +104,28 @@ private:
         return *t;
     }
 
-    // A dump of every row of one (sequence, layer): [rows][Hkv][d] in the cache dtype, rows as the model says.
-    const st::Tensor& dump(const std::string& name, uint32_t seq, uint32_t layer, uint32_t rows) {
+    // A dump of every row of one (sequence, layer) in the cache dtype, rows as the model says: [rows][Hkv][d] values
+    // or codes, and for a quantized cache their scales (scales_shape) in the tensor scales_name(name).
+    struct Dump {
+        const st::Tensor* rows = nullptr;
+        const st::Tensor* scales = nullptr;
+        const uint8_t* row_bytes(uint32_t first) const { return rows->data.data() + first * bytes_per_row; }
+        const uint8_t* scale_bytes(uint32_t first) const {
+            // an empty tensor's data() may be null, which the model reads as "no scales at all"
+            static const uint8_t kNone = 0;
+            if (!scales) return nullptr;
+            return scales->data.empty() ? &kNone : scales->data.data() + first * scale_bytes_per_row;
+        }
+        size_t bytes_per_row = 0, scale_bytes_per_row = 0;
+    };
+
+    void expect_shape(const std::string& name, const st::Tensor& t, const std::vector<uint64_t>& want) {
+        if (t.shape != want)
+            error(step_, file_ + ".safetensors: tensor \"" + name + "\" has shape " + st::shape_text(t.shape) +
+                             ", expected " + st::shape_text(want));
+    }
+
+    Dump dump(const std::string& name, uint32_t seq, uint32_t layer, uint32_t rows) {
         const st::Tensor& t = tensor(name, cache_st_dtype(cfg_.cache_dtype));
         if (t.shape.size() != 3 || t.shape[1] != cfg_.n_kv_heads || t.shape[2] != head_dim_)
             error(step_, file_ + ".safetensors: tensor \"" + name + "\" has shape " + st::shape_text(t.shape) +
@@ -121,13 +142,28 @@ private:
                      std::to_string(rows) + " in this layer",
                  m);
         }
-        return t;
+        Dump d;
+        d.rows = &t;
+        d.bytes_per_row = model_.kv_bytes(1);
+        if (!quantized_) return d;
+        // the scales of exactly these rows: a quantized dump without them cannot be judged (ERROR, not FAIL)
+        const std::string sname = scales_name(name);
+        d.scales = &tensor(sname, scales_st_dtype(cfg_));
+        expect_shape(sname, *d.scales, scales_shape(cfg_, rows));
+        d.scale_bytes_per_row = model_.scale_bytes(1);
+        return d;
     }
 
-    // Rows dumped earlier are bitwise what they were when first dumped (the model holds them as first dumped).
-    std::optional<prop::Mismatch> changed(uint32_t seq, uint32_t layer, const st::Tensor& k, const st::Tensor& v) {
+    // Rows dumped earlier are bitwise what they were when first dumped (the model holds them as first dumped),
+    // a quantized cache's scales included.
+    std::optional<prop::Mismatch> changed(uint32_t seq, uint32_t layer, const Dump& k, const Dump& v) {
         if (!vc_.checks.unchanged) return std::nullopt;
-        return model_.first_changed(seq, layer, k.data.data(), v.data.data());
+        return model_.first_changed(seq, layer, k.row_bytes(0), v.row_bytes(0), k.scale_bytes(0), v.scale_bytes(0));
+    }
+
+    static std::string rewritten_reason(const prop::Mismatch& m) {
+        return std::string("a row dumped earlier changed: ") + prop::kRewrittenRule +
+               (m.what.find("scale") != std::string::npos ? " (a stored scale changed)" : "");
     }
 
     void append(const Step& s) {
@@ -150,16 +186,16 @@ private:
                       const float* out) {
         const uint32_t before = model_.length(sl.seq, s.layer), after = before + sl.n_new;
         const size_t i_step = static_cast<size_t>(step_);
-        const st::Tensor& kd = dump(dump_name(s, i_step, sl, "k"), sl.seq, s.layer, after);
-        const st::Tensor& vd = dump(dump_name(s, i_step, sl, "v"), sl.seq, s.layer, after);
+        const Dump kd = dump(dump_name(s, i_step, sl, "k"), sl.seq, s.layer, after);
+        const Dump vd = dump(dump_name(s, i_step, sl, "v"), sl.seq, s.layer, after);
         const std::optional<prop::Mismatch> rewritten = changed(sl.seq, s.layer, kd, vd); // before the new rows
-        const size_t old_bytes = model_.kv_bytes(before);
-        const std::optional<prop::Mismatch> wrong = model_.store(sl.seq, s.layer, sl.n_new, k, v,
-                                                                 kd.data.data() + old_bytes, vd.data.data() + old_bytes,
-                                                                 res_.declared.pipeline.rope);
-        if (wrong && vc_.checks.content) fail(prop::stored_row_reason(cfg_, "dumped", *wrong), *wrong);
+        std::string why;
+        const std::optional<prop::Mismatch> wrong =
+            model_.store(sl.seq, s.layer, sl.n_new, k, v, kd.row_bytes(before), vd.row_bytes(before),
+                         res_.declared.pipeline.rope, kd.scale_bytes(before), vd.scale_bytes(before), &why);
+        if (wrong && vc_.checks.content) fail(stored_reason(*wrong, why), *wrong);
         if (wrong && !storage_mismatch_) storage_mismatch_ = wrong; // EQUIV's diagnosis names the first
-        if (rewritten) fail(std::string("a row dumped earlier changed: ") + prop::kRewrittenRule, *rewritten);
+        if (rewritten) fail(rewritten_reason(*rewritten), *rewritten);
 
         if (!vc_.checks.equiv || sl.n_new == 0) return;
         prop::GradedRows rows;
@@ -175,6 +211,14 @@ private:
         headroom = std::max(headroom, o.grade.headroom);
         fails_f32_class = fails_f32_class || o.grade.fails_f32_class;
         if (!o.grade.pass) fail(o.reason, o.where);
+    }
+
+    // CACHE-CONTENT's reason: the 16-bit rule, or for a quantized cache the model's account of the first code or
+    // scale unlike the reference quantizer's (its mechanism, when recognised), said of the dump.
+    std::string stored_reason(const prop::Mismatch& m, const std::string& why) const {
+        if (!quantized_ || why.empty()) return prop::stored_row_reason(cfg_, "dumped", m);
+        const std::string model_source = "read-back ";
+        return why.rfind(model_source, 0) == 0 ? "dumped " + why.substr(model_source.size()) : why;
     }
 
     void check_memory(const Step& s) {
@@ -197,10 +241,9 @@ private:
                 const uint32_t len = model_.length(q, l);
                 if (len == 0) continue;
                 const std::string base = "final.s" + std::to_string(q) + ".l" + std::to_string(l) + ".";
-                const st::Tensor& k = dump(base + "k", q, l, len);
-                const st::Tensor& v = dump(base + "v", q, l, len);
-                if (const auto m = changed(q, l, k, v))
-                    fail(std::string("a row dumped earlier changed: ") + prop::kRewrittenRule, *m);
+                const Dump k = dump(base + "k", q, l, len);
+                const Dump v = dump(base + "v", q, l, len);
+                if (const auto m = changed(q, l, k, v)) fail(rewritten_reason(*m), *m);
             }
     }
 
@@ -213,6 +256,7 @@ private:
     const uint32_t head_dim_;
     const size_t row_elems_;
     prop::CacheModel model_;
+    const bool quantized_; // codes and scales: every dump has a scales tensor beside it
     std::optional<prop::Mismatch> storage_mismatch_; // the first element dumped unlike the appended one (EQUIV only)
     int step_ = -1;
 };
@@ -230,10 +274,13 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
     g.r.seed = vc.seed;
     g.r.counterexample = vc.c;
     g.outputs = vc.checks.equiv;
-    if (dtype_is_quantized(vc.c.cfg.cache_dtype)) { // export never writes one: a manifest edited by hand
+    // A q quantized to q8_0 blocks needs whole blocks of 32 per head: a case of another head_dim lies outside the
+    // declaration whether or not results were written (the plugin route says the same, before running it).
+    const prop::Pipeline& pipeline = res.declared.pipeline;
+    if (pipeline.q == KVC_ROUND_Q8_0 && vc.c.cfg.head_dim % 32 != 0) {
         g.r.verdict = prop::Verdict::NotSupported;
-        g.r.reason = std::string("dtype ") + dtype_name(vc.c.cfg.cache_dtype) +
-                     " is quantized: the offline route does not grade codes and scales yet (use kvcheck validate)";
+        g.r.reason = "needs head_dim " + std::to_string(vc.c.cfg.head_dim) +
+                     " not a multiple of 32 (the declared q8_0 query rounding quantizes q in blocks of 32)";
         return g;
     }
     const fs::path stp = results_dir / (vc.stem + ".safetensors"), jsp = results_dir / (vc.stem + ".json");
@@ -287,7 +334,10 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
     }
     if (!js.is_object()) throw BadInput(jsp.string() + ": not a JSON object");
 
-    CaseGrader grader(vc, res, f, js, (results_dir / vc.stem).string());
+    // the q8_0 rounding the implementation declares decides the codes its cache must hold, as in evaluate_case
+    VCase declared = vc;
+    declared.c.cfg.q8_0_rounding = pipeline.q8_0_rounding;
+    CaseGrader grader(declared, res, f, js, (results_dir / vc.stem).string());
     try {
         grader.run();
         g.r.headroom = grader.headroom;

@@ -50,10 +50,21 @@ std::string dump_name(const Step& s, size_t i, const Slice& sl, const char* kv) 
     return base + kv;
 }
 
-nlohmann::json step_json(const Step& s, size_t i) {
+std::string scales_name(const std::string& dump) { return dump + ".scales"; }
+
+nlohmann::json dump_names_json(const std::string& k, const std::string& v, bool quantized) {
+    nlohmann::json j = {{"k", k}, {"v", v}};
+    if (quantized) j.update({{"k_scales", scales_name(k)}, {"v_scales", scales_name(v)}});
+    return j;
+}
+
+nlohmann::json step_json(const Step& s, size_t i, bool quantized) {
     nlohmann::json j = {{"step", i}, {"op", step_kind_name(s.kind)}, {"op_index", s.op}};
     const std::string base = "step" + std::to_string(i) + ".";
     const nlohmann::json inputs = {{"q", base + "q"}, {"k", base + "k"}, {"v", base + "v"}};
+    const auto dump = [&](const Slice& sl) {
+        return dump_names_json(dump_name(s, i, sl, "k"), dump_name(s, i, sl, "v"), quantized);
+    };
     switch (s.kind) {
     case StepKind::Append: {
         const Slice& sl = s.slices.front();
@@ -63,7 +74,7 @@ nlohmann::json step_json(const Step& s, size_t i) {
                   {"pos_begin", sl.pos_begin},
                   {"pos_end", sl.pos_begin + sl.n_new},
                   {"inputs", inputs},
-                  {"dump", {{"k", dump_name(s, i, sl, "k")}, {"v", dump_name(s, i, sl, "v")}}}});
+                  {"dump", dump(sl)}});
         break;
     }
     case StepKind::AppendBatch: {
@@ -75,7 +86,7 @@ nlohmann::json step_json(const Step& s, size_t i) {
                               {"token_end", sl.token_begin + sl.n_new},
                               {"pos_begin", sl.pos_begin},
                               {"pos_end", sl.pos_begin + sl.n_new},
-                              {"dump", {{"k", dump_name(s, i, sl, "k")}, {"v", dump_name(s, i, sl, "v")}}}});
+                              {"dump", dump(sl)}});
         j.update({{"layer", s.layer}, {"n_new", s.n_new}, {"inputs", inputs}, {"slices", slices}});
         break;
     }
@@ -102,9 +113,48 @@ RowBounds row_bounds(const prop::CaseConfig& cfg, const prop::Expected& e) {
 }
 
 st::DType cache_st_dtype(uint32_t cache_dtype) {
-    return cache_dtype == KVC_DTYPE_F32   ? st::DType::F32
-           : cache_dtype == KVC_DTYPE_F16 ? st::DType::F16
-                                          : st::DType::BF16;
+    switch (cache_dtype) {
+    case KVC_DTYPE_F32: return st::DType::F32;
+    case KVC_DTYPE_F16: return st::DType::F16;
+    case KVC_DTYPE_FP8_E4M3: return st::DType::F8_E4M3;
+    case KVC_DTYPE_FP8_E5M2: return st::DType::F8_E5M2;
+    case KVC_DTYPE_INT8_TOKEN:
+    case KVC_DTYPE_Q8_0: return st::DType::I8;
+    default: return st::DType::BF16;
+    }
+}
+
+st::DType scales_st_dtype(const prop::CaseConfig& cfg) {
+    return scale_size(cfg.cache_dtype, cfg.int8_scale_dtype) == 2 ? st::DType::F16 : st::DType::F32;
+}
+
+std::vector<uint64_t> scales_shape(const prop::CaseConfig& cfg, uint64_t rows) {
+    if (cfg.cache_dtype == KVC_DTYPE_Q8_0)
+        return {rows, cfg.n_kv_heads, scales_per_head_row(cfg.cache_dtype, cfg.head_dim)};
+    return {rows, cfg.n_kv_heads};
+}
+
+nlohmann::json quant_config_json(const prop::CaseConfig& cfg) {
+    nlohmann::json j = nlohmann::json::object();
+    if (!dtype_is_quantized(cfg.cache_dtype)) return j;
+    j["codes_dtype"] = st::dtype_name(cache_st_dtype(cfg.cache_dtype));
+    j["scales_dtype"] = st::dtype_name(scales_st_dtype(cfg));
+    j["scales_per_head_row"] = scales_per_head_row(cfg.cache_dtype, cfg.head_dim);
+    if (dtype_is_fp8(cfg.cache_dtype)) {
+        // the scales as values and, exact, as bit patterns: [n_layers] (tensor), [n_layers * n_kv_heads] (kv_head)
+        const auto bits = [](const std::vector<float>& v) {
+            nlohmann::json b = nlohmann::json::array();
+            for (float x : v) b.push_back(float_bits(x));
+            return b;
+        };
+        j["kv_scale_mode"] = prop::scale_mode_name(cfg.kv_scale_mode);
+        j["k_scales"] = cfg.k_scales;
+        j["k_scales_bits"] = bits(cfg.k_scales);
+        j["v_scales"] = cfg.v_scales;
+        j["v_scales_bits"] = bits(cfg.v_scales);
+    }
+    if (cfg.cache_dtype == KVC_DTYPE_INT8_TOKEN) j["int8_scale_dtype"] = dtype_name(cfg.int8_scale_dtype);
+    return j;
 }
 
 std::string float_bits(float x) {
@@ -128,19 +178,21 @@ std::vector<std::string> required_words(const prop::Case& c) {
 }
 
 nlohmann::json config_json(const prop::CaseConfig& cfg) {
-    return {{"n_layers", cfg.n_layers},
-            {"n_q_heads", cfg.n_q_heads},
-            {"n_kv_heads", cfg.n_kv_heads},
-            {"head_dim", cfg.head_dim},
-            {"dtype", dtype_name(cfg.cache_dtype)},
-            {"rope", rope_name(cfg.rope)},
-            {"rope_theta", cfg.rope_theta},
-            {"rope_theta_bits", float_bits(cfg.rope_theta)},
-            {"scale", cfg.scale()},
-            {"scale_bits", float_bits(cfg.scale())},
-            {"max_seqs", cfg.max_seqs},
-            {"max_tokens", cfg.max_tokens},
-            {"block_size_hint", cfg.block_size_hint}};
+    nlohmann::json j = {{"n_layers", cfg.n_layers},
+        {"n_q_heads", cfg.n_q_heads},
+        {"n_kv_heads", cfg.n_kv_heads},
+        {"head_dim", cfg.head_dim},
+        {"dtype", dtype_name(cfg.cache_dtype)},
+        {"rope", rope_name(cfg.rope)},
+        {"rope_theta", cfg.rope_theta},
+        {"rope_theta_bits", float_bits(cfg.rope_theta)},
+        {"scale", cfg.scale()},
+        {"scale_bits", float_bits(cfg.scale())},
+        {"max_seqs", cfg.max_seqs},
+        {"max_tokens", cfg.max_tokens},
+        {"block_size_hint", cfg.block_size_hint}};
+    j.update(quant_config_json(cfg)); // nothing for a 16-bit dtype: its config is what it always was
+    return j;
 }
 
 } // namespace kvc::vec

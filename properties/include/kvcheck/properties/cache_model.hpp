@@ -11,7 +11,11 @@
 //                    (quant_rows.hpp), and the values attended are those dequantized; a row once stored never
 //                    changes, codes and scales alike (APPEND-ONLY)
 //   live bytes       2 * sum over (sequence, layer) of length * n_kv_heads * head_row_bytes (MEMORY): head_dim *
-//                    sizeof(dtype), plus the scales stored with each row for int8_token and q8_0
+//                    sizeof(dtype), plus the scales stored with each row for int8_token and q8_0; an evicting
+//                    cache's dropped rows not counted
+//   dropped rows     an evicting cache (docs/windowed-caches.md) drops one run of rows between the sinks and the
+//                    window: (seq, layer) holds rows 0 .. begin-1 and end .. len-1, S <= begin <= end, and every row
+//                    a later query can see (the sinks, CaseConfig::dead_end on) is among them
 #pragma once
 
 #include "kvcheck/properties/case.hpp"
@@ -118,6 +122,7 @@ public:
         std::vector<uint8_t> k_scale_bits, v_scale_bits; // quantized: [len][Hkv][scale bytes] as read back
         std::vector<float> k_raw, v_raw; // quantized: [len][Hkv*d] the rows before quantization (keys rotated by
                                          // the oracle): what the informative quantization loss is measured against
+        uint32_t dropped = 0; // evicting caches: rows the cache no longer returns (read_kv says KVC_ERR_EVICTED)
     };
 
     explicit CacheModel(const CaseConfig& cfg);
@@ -149,6 +154,11 @@ public:
                                           const uint8_t* got_k_scales = nullptr,
                                           const uint8_t* got_v_scales = nullptr) const;
 
+    // An evicting cache's dropped rows of (seq, layer), as the harness found them: rows begin .. end-1.
+    void set_dropped(uint32_t seq, uint32_t layer, uint32_t begin, uint32_t end) {
+        streams_.at(seq).at(layer).dropped = end - begin;
+    }
+
     void fork(uint32_t parent, uint32_t child); // the child starts with the parent's rows
     void release(uint32_t seq);                 // the sequence holds no row
 
@@ -157,7 +167,9 @@ public:
     size_t scale_bytes(uint32_t rows) const; // their scales as read_kv_scales returns them (0: not quantized)
     bool quantized() const { return quantized_; }
     uint64_t live_bytes() const;
-    uint64_t live_bytes_in_blocks(uint64_t block_tokens) const; // every stream rounded up to whole blocks
+    // Every stream rounded up to whole blocks; for an evicting cache, the blocks that hold a row a later query can
+    // see (the sinks' and the window's) plus one block of slack, at most the whole stream's.
+    uint64_t live_bytes_in_blocks(uint64_t block_tokens) const;
 
     const CaseConfig& config() const { return cfg_; }
 

@@ -34,6 +34,18 @@ struct CaseConfig {
     // 0 (ggml's quantize_row_q8_0_ref), KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN or KVC_PIPELINE_Q8_0_RECIP_D_EVEN.
     // evaluate_case sets it from the declared pipeline; the cache model's expected codes follow it.
     uint32_t q8_0_rounding = 0;
+    // ABI 1.2 windowed caches (docs/windowed-caches.md): the window W of each layer (empty: no window anywhere; a
+    // layer's 0: that layer attends to everything), the sinks S kept visible in windowed layers, and whether the
+    // cache may drop the rows no later query can see.
+    std::vector<uint32_t> windows;
+    uint32_t n_sinks = 0;
+    bool evict = false;
+
+    uint32_t window(uint32_t layer) const { return windows.empty() ? 0u : windows.at(layer); }
+    bool windowed() const; // some layer has a window
+    // The first position a later query of `layer` can see besides the sinks, once (seq, layer) holds `len` rows:
+    // rows n_sinks .. dead_end-1 are dead (an evicting cache may drop them); 0 when nothing is dead.
+    uint32_t dead_end(uint32_t layer, uint32_t len) const;
 
     float scale() const; // softmax_scale, or 1/sqrt(head_dim) rounded to float once, here
     // The ABI config. Its k_scales / v_scales point into this CaseConfig's vectors: the result is valid only while

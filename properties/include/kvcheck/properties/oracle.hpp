@@ -29,7 +29,7 @@ struct Expected {
     uint32_t n_new = 0;
     std::vector<long double> oracle; // [n_new][Hq*d]
     std::vector<float> v_scale;      // [n_new][Hq]    max |v| over the rows query (i, h) sees (>= 1e-30)
-    std::vector<uint32_t> visible;   // [n_new]        rows query i sees
+    std::vector<uint32_t> visible;   // [n_new]        rows query i sees (its window and the sinks, when windowed)
     std::vector<double> s_qk, s_rope, s_angle, s_score, s_diff, s_abs, s_part; // [n_new][Hq*d]
 };
 
@@ -37,9 +37,11 @@ struct Expected {
 //   k, v: [T][Hkv*d]     the rows attended, widened to float (rotated keys), T >= n_new; the new rows are the last
 //   oracle_rotated_keys: how many of the last rows hold keys rotated by the oracle (long double) rather than read
 //   back from the implementation (new rows attended unrounded): their f32-rotation error enters s_angle.
+//   layer: the layer the rows belong to, whose window (CaseConfig::window) and the case's sinks decide which rows
+//   each query sees (docs/windowed-caches.md); rows it does not see have weight 0 and enter no sensitivity.
 Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, const std::vector<float>& k,
                         const std::vector<float>& v, uint32_t T, HeadMap map = HeadMap::Repeat,
-                        uint32_t oracle_rotated_keys = 0);
+                        uint32_t oracle_rotated_keys = 0, uint32_t layer = 0);
 
 // A key row of the case rotated (long double) at `pos` when the case uses RoPE, rounded to float: rounded once
 // more to the cache dtype it is what the row should be stored as, and unrounded what a pipeline that attends new

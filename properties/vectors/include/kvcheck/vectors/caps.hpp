@@ -16,14 +16,15 @@
 namespace kvc::vec {
 
 struct Declared {
-    kvc_caps caps{};            // dtypes, rope_variants, features, limits, head_dim multiples (pipeline unused)
+    kvc_caps caps{};            // dtypes, quant, rope_variants, features, limits, head_dim multiples, pipeline
     prop::Pipeline pipeline;    // the declared rounding pipeline
     bool has_pipeline = false;  // "pipeline" or "precision" was given
     std::string pipeline_text;  // as reports name it ("f32", a preset, or the stages)
 };
 
-// Reads a declaration: "capabilities" (words: "dtype f32|f16|bf16", "rope neox|gptj", "gqa", "chunked", "fork",
-// "release", "batch", "paged"), optional "limits" ({"max_layers", "max_q_heads", "max_kv_heads", "max_head_dim",
+// Reads a declaration: "capabilities" (words: "dtype f32|f16|bf16|fp8_e4m3|fp8_e5m2|int8_token|q8_0", "fp8 scale
+// per tensor", "fp8 scale per kv head", "int8 scale in f16", "rope neox|gptj", "gqa", "chunked", "fork", "release",
+// "batch", "paged"), optional "limits" ({"max_layers", "max_q_heads", "max_kv_heads", "max_head_dim",
 // "max_seqs", "max_tokens", "head_dim_multiple", "head_dim_multiple_rope"}: non-negative integers or null; 0 or
 // null = no limit), and the pipeline: "pipeline" (a preset name or an object of stages, prop::pipeline_from_json) or
 // the 1.0 word "precision". Other fields are ignored. Throws std::invalid_argument naming the field and the problem.
