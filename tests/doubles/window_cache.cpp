@@ -21,7 +21,7 @@
 #define WIN_BLOCKS 1           // correct: blocks freed as they leave the window
 #define WIN_FULL 2             // correct: keeps every row, masks; declares no eviction
 #define WIN_PLUS_ONE 3         // sees W + 1 keys: EQUIV
-#define WIN_MINUS_ONE 4        // sees W - 1 keys: EQUIV
+#define WIN_MINUS_ONE 4        // sees W - 1 keys (W > 1): EQUIV
 #define WIN_RING_ROPE 5        // rotates a key by its ring slot, not its position: CACHE-CONTENT
 #define WIN_FIRST_ROW 6        // masks a whole chunk with its first row's window: EQUIV
 #define WIN_SINKS_DROPPED 7    // stops attending the sinks once the ring has wrapped: EQUIV
@@ -148,7 +148,7 @@ bool sees(const Cache& c, uint32_t layer, uint32_t i, uint32_t j, uint32_t first
     if (j < S) return !(KVC_WIN_DOUBLE == WIN_SINKS_DROPPED && wrapped);
     const uint32_t at = KVC_WIN_DOUBLE == WIN_FIRST_ROW ? first_row : i;
     if (KVC_WIN_DOUBLE == WIN_PLUS_ONE) return at - j <= W || j > at;
-    if (KVC_WIN_DOUBLE == WIN_MINUS_ONE) return at - j + 1 < W || j > at;
+    if (KVC_WIN_DOUBLE == WIN_MINUS_ONE && W > 1) return at - j + 1 < W || j > at; // W = 1 keeps the query itself
     return at - j < W || j > at;
 }
 
