@@ -1,5 +1,6 @@
 #include "attention.hpp"
 
+#include "split_view.hpp"
 #include "thread_pool.hpp"
 
 #include <algorithm>
@@ -13,6 +14,11 @@ constexpr uint64_t kParallelMinBytes = 2 << 20;           // below this much K/V
                                                           // waking a worker costs more than it saves
 
 uint32_t ceil_div(uint64_t a, uint64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
+
+// The first key the query at position i sees apart from the sinks (its window's start; 0 without a window).
+uint32_t window_from(uint64_t i, uint32_t window) {
+    return window != 0 && i + 1 > window ? static_cast<uint32_t>(i + 1 - window) : 0;
+}
 
 } // namespace
 
@@ -31,11 +37,20 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
         const StreamCall& sc = streams[s];
         StreamPlan& p = plans_[s];
         p.rows = sc.n_new * group_;
-        p.segments = ceil_div(static_cast<uint64_t>(sc.len_before) + sc.n_new, kSegmentKeys);
+        // The keys some row sees: [0, sink_end) and [from, len) (the first row's window reaches back the least).
+        const uint64_t len = static_cast<uint64_t>(sc.len_before) + sc.n_new;
+        const uint32_t from = window_from(sc.len_before, shape.window);
+        const uint64_t sink_end = shape.window ? std::min<uint64_t>(shape.sinks, len) : 0;
+        const uint32_t all = ceil_div(len, kSegmentKeys);
+        p.sink_segments = ceil_div(sink_end, kSegmentKeys);
+        p.window_segment = from / kSegmentKeys;
+        if (p.sink_segments >= p.window_segment) p.sink_segments = p.window_segment = 0; // one run: all of them
+        p.segments = p.sink_segments + (all - p.window_segment);
+        const uint64_t keys = std::min<uint64_t>(len, sink_end + (len - from));
         const size_t need = static_cast<size_t>(shape.n_kv_heads) * p.rows * p.segments;
         p.spread = sc.n_new <= kDecodeMaxNew && (states + need) * (dq_ + 2) <= kSpreadMaxScratchFloats;
-        bytes_to_read += (static_cast<uint64_t>(sc.len_before) + sc.n_new) * shape.layout->row_bytes * 2 *
-                         shape.n_kv_heads * (p.spread ? 1 : ceil_div(p.rows, kTileRows));
+        bytes_to_read += keys * shape.layout->row_bytes * 2 * shape.n_kv_heads *
+                         (p.spread ? 1 : ceil_div(p.rows, kTileRows));
         if (p.spread) {
             p.state_base = states;
             states += need;
@@ -114,7 +129,9 @@ RowTile AttentionPlan::tile_of(uint32_t stream, uint32_t kv_head, uint32_t first
         const uint32_t rho = first_row + r, token = rho / group_, head = kv_head * group_ + rho % group_;
         t.q[r] = sc.q + (static_cast<size_t>(token) * shape_.n_q_heads + head) * dq_;
         t.limit[r] = sc.len_before + token + 1; // causal, bottom-right aligned: itself and everything before
+        t.from[r] = window_from(uint64_t{sc.len_before} + token, shape_.window); // each row its own window
     }
+    t.sinks = shape_.window ? shape_.sinks : 0;
     return t;
 }
 
@@ -136,9 +153,10 @@ void AttentionPlan::spread_item(const Item& it) {
             ml_[2 * state_index(h, rho) + 1] = seg.l;
         }
     const uint32_t max_limit = sc.len_before + sc.n_new; // the stream's last row sees every key
+    const uint32_t segment = p.segment(it.index);
     RowTile tiles[kMaxCallRows];
     for (uint32_t sp = 0; sp < kSegmentSplits; ++sp) {
-        const uint32_t k0 = it.index * kSegmentKeys + sp * kSplitKeys;
+        const uint32_t k0 = segment * kSegmentKeys + sp * kSplitKeys;
         if (k0 >= max_limit) break; // every later split is empty for every row
         for (uint32_t first = 0; first < p.rows; first += kTileRows) {
             const uint32_t n = std::min<uint32_t>(kTileRows, p.rows - first);
@@ -146,7 +164,7 @@ void AttentionPlan::spread_item(const Item& it) {
             for (uint32_t h0 = it.kv_head; h0 < it.kv_head + it.n_heads; h0 += per_call) {
                 const uint32_t nh = std::min(per_call, it.kv_head + it.n_heads - h0);
                 for (uint32_t h = 0; h < nh; ++h) tiles[h] = tile_of(it.stream, h0 + h, first, n);
-                if (k0 >= tiles[0].limit[n - 1]) continue; // rows are in token order: the last sees the most keys
+                if (!tile_sees(tiles[0], k0, uint64_t{k0} + kSplitKeys)) continue; // an empty split for every row
                 for (uint32_t h = 0; h < nh; ++h)
                     for (uint32_t r = 0; r < n; ++r) split[h * kTileRows + r].o = split_o[h * n + r];
                 const SplitArgs args{shape_.layout, sc.table, h0, shape_.scale, shape_.k_scales, shape_.v_scales};
@@ -202,11 +220,15 @@ void AttentionPlan::tiled_item(const Item& it) {
         state_clear(acc[r], static_cast<int>(dq_));
     }
     const uint32_t max_limit = tile.limit[n - 1];
+    // Segments and splits no row of the tile sees are skipped: their states would be empty, and merging an empty
+    // state changes nothing, so the bits are those of the full fold.
     for (uint32_t g = 0; g * kSegmentKeys < max_limit; ++g) {
+        if (!tile_sees(tile, g * kSegmentKeys, uint64_t{g} * kSegmentKeys + kSegmentKeys)) continue;
         for (uint32_t r = 0; r < n; ++r) state_clear(seg[r], static_cast<int>(dq_));
         for (uint32_t sp = 0; sp < kSegmentSplits; ++sp) {
             const uint32_t k0 = g * kSegmentKeys + sp * kSplitKeys;
             if (k0 >= max_limit) break;
+            if (!tile_sees(tile, k0, uint64_t{k0} + kSplitKeys)) continue;
             shape_.kernel(args, 1, &tile, k0, split);
             for (uint32_t r = 0; r < n; ++r) state_merge(seg[r], split[r], static_cast<int>(dq_));
         }

@@ -46,6 +46,10 @@ struct AttentionShape {
     SplitKernel kernel = nullptr;
     unsigned max_threads = 0; // 0: every core
     bool group_heads = true;  // false: one KV head per spread item and kernel call
+    // The layer's sliding window (0: none) and the sinks that stay visible beside it (ignored without a window):
+    // the query at position i sees key j <= i iff window == 0, j < sinks or i - j < window.
+    uint32_t window = 0;
+    uint32_t sinks = 0;
 };
 
 class AttentionPlan {
@@ -60,15 +64,21 @@ private:
         uint32_t stream;
         uint32_t kv_head; // the first of n_heads consecutive KV heads
         uint32_t n_heads;
-        uint32_t index;   // segment (spread) or tile (tiled)
+        uint32_t index;   // the stream's i-th segment it sees (spread: StreamPlan::segment) or tile (tiled)
         bool spread;
         uint32_t fold_group; // spread: the (stream, KV heads) whose segments this item counts down
     };
+    // The segments some row of a stream sees: [0, sink_segments) and [window_segment, window_segment + segments -
+    // sink_segments), numbered 0 .. segments - 1 in key order (without a window: all of them, 0 .. segments - 1).
+    // A segment no row sees would only add empty states, which change nothing: it is not planned at all.
     struct StreamPlan {
         bool spread = false;
-        uint32_t rows = 0;       // n_new * group
-        uint32_t segments = 0;   // segments of the longest row
-        size_t state_base = 0;   // first state of this stream in the scratch (spread)
+        uint32_t rows = 0;           // n_new * group
+        uint32_t segments = 0;       // segments some row sees
+        uint32_t sink_segments = 0;  // of which the first ones, holding sinks before the windows
+        uint32_t window_segment = 0; // the segment of the sink_segments-th
+        size_t state_base = 0;       // first state of this stream in the scratch (spread)
+        uint32_t segment(uint32_t i) const { return i < sink_segments ? i : window_segment + (i - sink_segments); }
     };
 
     static void run_item(void* self, size_t i);

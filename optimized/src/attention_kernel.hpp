@@ -2,9 +2,10 @@
 // one KV head of one stream.
 //
 // Rows of a tile share the KV head (the query heads of one GQA group, and/or several query tokens), so each cached
-// byte the kernel reads serves every row of the tile. Each row has its own causal limit: row r sees keys
-// 0 .. limit[r] - 1. The split is the key range [k0, k0 + kSplitKeys), k0 a multiple of kSplitKeys; the kernel
-// computes, for each row, the state over the split's keys below its limit (empty when there are none).
+// byte the kernel reads serves every row of the tile. Each row has its own visible keys: below its causal limit,
+// and, with a sliding window, from its window's start on or below the sinks (RowTile). The split is the key range
+// [k0, k0 + kSplitKeys), k0 a multiple of kSplitKeys; the kernel computes, for each row, the state over the split's
+// keys the row sees (empty when there are none). Keys a row does not see are skipped, never multiplied by zero.
 //
 // The arithmetic of one row never depends on the other rows of its tile, on the tile size, or on which thread runs
 // it: that, plus the fixed split and merge structure (attention.hpp), is the engine's determinism contract.
@@ -29,7 +30,9 @@ inline uint32_t padded_dim(uint32_t head_dim) { return (head_dim + 7u) & ~7u; }
 struct RowTile {
     int n = 0;                      // rows in use, 1..kTileRows
     const float* q[kTileRows] = {}; // [padded_dim] each: rotated query, zero padding after head_dim
-    uint32_t limit[kTileRows] = {}; // row r sees keys 0 .. limit[r] - 1
+    uint32_t limit[kTileRows] = {}; // row r sees keys below limit[r] (causal: itself and everything before) ...
+    uint32_t from[kTileRows] = {};  // ... that are at or after from[r] (its window's first key; 0: no window) ...
+    uint32_t sinks = 0;             // ... or below sinks (attention sinks: visible in every windowed row)
 };
 
 struct SplitArgs {
@@ -50,8 +53,9 @@ inline uint32_t max_call_heads(int rows) { return static_cast<uint32_t>(kMaxCall
 
 // One call covers n_heads consecutive KV heads args.kv_head .. + n_heads - 1 (all heads of a block sit next to
 // each other, so walking them together reads each block's planes in one sweep). tiles[h] is the tile of head
-// args.kv_head + h: every tile has the same n and limits, only q differs. states[h * kTileRows + r].o must point at
-// padded_dim floats; the kernel writes m, l and o of every row 0..n-1 of every head. n_heads <= max_call_heads(n).
+// args.kv_head + h: every tile has the same n, limits, windows and sinks, only q differs. states[h * kTileRows + r].o
+// must point at padded_dim floats; the kernel writes m, l and o of every row 0..n-1 of every head.
+// n_heads <= max_call_heads(n).
 // A row's arithmetic is the same whatever n_heads is: the heads only interleave.
 using SplitKernel = void (*)(const SplitArgs& args, uint32_t n_heads, const RowTile* tiles, uint32_t k0,
                              SoftmaxState* states);

@@ -76,110 +76,87 @@ KVC_KERNEL_TARGET void dequantize_piece(const uint8_t* src, uint32_t count, cons
 }
 
 // The kernel for R rows of nh consecutive KV heads over one split: the phases of split_x86 (scores, softmax state,
-// values), each block run cut into pieces of kPieceKeys rows, each piece of each head dequantized and then read by
-// the f32 loops.
+// values) over the stretches some row sees (SplitView), each block run cut into pieces of kPieceKeys rows, each
+// piece of each head dequantized and then read by the f32 loops.
 template <uint32_t DT, int R>
 KVC_KERNEL_TARGET void split_quant(const SplitArgs& a, uint32_t nh, const RowTile* tiles, uint32_t k0,
                                    SoftmaxState* st) {
     const kvc_kv_layout& L = *a.layout;
-    const RowTile& t = tiles[0]; // the limits are the same for every head
+    const RowTile& t = tiles[0]; // the limits, windows and sinks are the same for every head
     const uint32_t d = L.head_dim, dq = padded_dim(d), B = L.block_size;
-    uint32_t n[kTileRows] = {};
-    uint32_t n_max = 0, n_min = kSplitKeys, limit_max = 0;
-    for (int r = 0; r < R; ++r) {
-        n[r] = t.limit[r] > k0 ? std::min(t.limit[r] - k0, kSplitKeys) : 0;
-        n_max = std::max(n_max, n[r]);
-        n_min = std::min(n_min, n[r]);
-        limit_max = std::max(limit_max, t.limit[r]);
-    }
+    const SplitView sv = split_view(t, R, k0);
+    const uint32_t n_max = sv.end;
     alignas(32) float sc[kMaxCallRows][kSplitKeys]; // row r of head h is sc[h * R + r]
     alignas(64) float wide[kPieceKeys * kMaxHeadDim]; // one piece of one head, dequantized: rows dq floats apart
     const auto* wide_rows = reinterpret_cast<const uint8_t*>(wide);
     const uint64_t wide_row_bytes = uint64_t{dq} * sizeof(float);
     const __m256 scale = _mm256_set1_ps(a.scale);
-    const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
     const WalkPlan walk = avx2_walk();
+    // the next split's first keys, as far as some row sees them in a row (visible_run)
     const uint32_t n_next =
-        next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, walk.prefetch_rows)) : 0u;
+        static_cast<uint32_t>(std::min<uint64_t>(visible_run(t, R, uint64_t(k0) + kSplitKeys), walk.prefetch_rows));
     RowPrefetcher pf[kMaxCallRows];
-    for (uint32_t h = 0; h < nh; ++h)
+    for (uint32_t h = 0; h < nh; ++h) {
         pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, walk.prefetch_rows, walk.prefetch_to_l2,
                               false, 0, 0};
-    const auto piece_of = [&](uint32_t j) {
+        pf[h].skip_to(sv.walk_from());
+    }
+    RowPrefetcher idle{}; // the sinks' stretch when a window stretch follows: nothing to fetch
+    const auto piece_of = [&](uint32_t j, uint32_t end) {
         const uint64_t pos = uint64_t{k0} + j;
-        return std::min({B - static_cast<uint32_t>(pos % B), n_max - j, kPieceKeys});
+        return std::min({B - static_cast<uint32_t>(pos % B), end - j, kPieceKeys});
     };
 
     // phase 1: scores s = (q . k) * scale over each dequantized piece
-    for (uint32_t j = 0; j < n_max;) {
-        const uint32_t run = piece_of(j);
-        const uint8_t* kp = kvc_kv_address(&L, a.table, uint64_t{k0} + j, KVC_PLANE_K, a.kv_head, 0);
-        for (uint32_t h = 0; h < nh; ++h) {
-            pf[h].upto(j + run);
-            const float ks = a.k_scales ? a.k_scales[a.kv_head + h] : 1.0f;
-            dequantize_piece<DT>(kp + h * L.head_bytes, run, L, ks, dq, wide);
-            score_run_kj<KVC_DTYPE_F32, R, (R >= 5 ? 1 : 8 / R)>(tiles[h].q, wide_rows, run, wide_row_bytes, d, scale,
-                                                                nullptr, sc + h * R, j);
+    for (int g = 0; g < sv.n_ranges; ++g) {
+        const bool fetch = g + 1 == sv.n_ranges;
+        for (uint32_t j = sv.first[g]; j < sv.last[g];) {
+            const uint32_t run = piece_of(j, sv.last[g]);
+            const uint8_t* kp = kvc_kv_address(&L, a.table, uint64_t{k0} + j, KVC_PLANE_K, a.kv_head, 0);
+            for (uint32_t h = 0; h < nh; ++h) {
+                (fetch ? pf[h] : idle).upto(j + run);
+                const float ks = a.k_scales ? a.k_scales[a.kv_head + h] : 1.0f;
+                dequantize_piece<DT>(kp + h * L.head_bytes, run, L, ks, dq, wide);
+                score_run_kj<KVC_DTYPE_F32, R, (R >= 5 ? 1 : 8 / R)>(tiles[h].q, wide_rows, run, wide_row_bytes, d,
+                                                                    scale, nullptr, sc + h * R, j);
+            }
+            j += run;
         }
-        j += run;
     }
 
     // phase 2: the maximum of each row; phase 3: p = exp(s - m) in place, and l = sum p in 8 lanes (as split_x86)
     for (uint32_t h = 0; h < nh; ++h)
-        for (int r = 0; r < R; ++r) {
-            SoftmaxState& s = st[h * kTileRows + r];
-            for (uint32_t c = 0; c < dq; c += 8) _mm256_storeu_ps(s.o + c, _mm256_setzero_ps());
-            s.m = -INFINITY;
-            s.l = 0.0f;
-            const uint32_t nr = n[r];
-            if (nr == 0) continue;
-            float* row = sc[h * R + r];
-            __m256 vmax = _mm256_set1_ps(-INFINITY);
-            uint32_t j = 0;
-            for (; j + 8 <= nr; j += 8) vmax = _mm256_max_ps(vmax, _mm256_load_ps(row + j));
-            alignas(32) float lanes[8];
-            _mm256_store_ps(lanes, vmax);
-            float m = lanes[0];
-            for (int i = 1; i < 8; ++i) m = std::max(m, lanes[i]);
-            for (; j < nr; ++j) m = std::max(m, row[j]);
-            for (j = nr; j % 8 != 0; ++j) row[j] = -INFINITY;
-            __m256 acc[8] = {exp_sum_row(row, j, m), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                             _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            _mm256_store_ps(lanes, reduce8(acc));
-            s.m = m;
-            s.l = lanes[0];
-        }
+        for (int r = 0; r < R; ++r) row_softmax(sv, r, sc[h * R + r], dq, st[h * kTileRows + r]);
 
-    // phase 4: o = sum_j p_j v_j over each dequantized piece; keys past some row's causal limit go key by key
-    for (uint32_t j = 0; j < n_max;) {
-        const uint32_t run = piece_of(j);
-        const uint8_t* vp = kvc_kv_address(&L, a.table, uint64_t{k0} + j, KVC_PLANE_V, a.kv_head, 0);
-        const uint32_t all_live = j < n_min ? std::min(run, n_min - j) : 0;
-        for (uint32_t h = 0; h < nh; ++h) {
-            pf[h].upto(n_max + j + run);
-            const float vs = a.v_scales ? a.v_scales[a.kv_head + h] : 1.0f;
-            dequantize_piece<DT>(vp + h * L.head_bytes, run, L, vs, dq, wide);
-            SoftmaxState* sh = st + h * kTileRows;
-            const float (*sch)[kSplitKeys] = sc + h * R;
-            if (all_live > 0) {
-                const float* p[R];
-                for (int r = 0; r < R; ++r) p[r] = sch[r] + j;
-                accumulate_all_live<KVC_DTYPE_F32, R>(wide_rows, wide_row_bytes, all_live, p, sh, d, nullptr, 0);
-            }
-            for (uint32_t i = all_live; i < run; ++i) {
-                const uint32_t jj = j + i;
-                const float* v = wide + i * dq;
-                for (uint32_t c = 0; c < d; c += 8) {
-                    const __m256 vv = c + 8 <= d ? _mm256_load_ps(v + c)
-                                                 : load_tail<KVC_DTYPE_F32>(reinterpret_cast<const uint8_t*>(v + c), d - c);
-                    for (int r = 0; r < R; ++r)
-                        if (jj < n[r])
-                            _mm256_storeu_ps(sh[r].o + c, _mm256_fmadd_ps(_mm256_set1_ps(sch[r][jj]), vv,
-                                                                          _mm256_loadu_ps(sh[r].o + c)));
+    // phase 4: o = sum_j p_j v_j over each dequantized piece; keys not every row sees go key by key
+    for (int g = 0; g < sv.n_ranges; ++g) {
+        const bool fetch = g + 1 == sv.n_ranges;
+        for (uint32_t j = sv.first[g]; j < sv.last[g];) {
+            const uint32_t run = piece_of(j, sv.last[g]);
+            const uint8_t* vp = kvc_kv_address(&L, a.table, uint64_t{k0} + j, KVC_PLANE_V, a.kv_head, 0);
+            for (uint32_t h = 0; h < nh; ++h) {
+                (fetch ? pf[h] : idle).upto(n_max + j + run);
+                const float vs = a.v_scales ? a.v_scales[a.kv_head + h] : 1.0f;
+                dequantize_piece<DT>(vp + h * L.head_bytes, run, L, vs, dq, wide);
+                SoftmaxState* sh = st + h * kTileRows;
+                const float (*sch)[kSplitKeys] = sc + h * R;
+                for (uint32_t i = 0; i < run;) {
+                    const uint32_t jj = j + i, live = sv.live_until(jj);
+                    if (live == 0) {
+                        accumulate_key<KVC_DTYPE_F32, R>(sv, wide_rows + i * wide_row_bytes, jj, d, sch, sh);
+                        ++i;
+                        continue;
+                    }
+                    const uint32_t count = std::min(run - i, live - jj);
+                    const float* p[R];
+                    for (int r = 0; r < R; ++r) p[r] = sch[r] + jj;
+                    accumulate_all_live<KVC_DTYPE_F32, R>(wide_rows + i * wide_row_bytes, wide_row_bytes, count, p, sh,
+                                                          d, nullptr, 0);
+                    i += count;
                 }
             }
+            j += run;
         }
-        j += run;
     }
 }
 

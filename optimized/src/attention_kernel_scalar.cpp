@@ -4,6 +4,7 @@
 #include "attention_kernel.hpp"
 #include "dtype_convert.hpp"
 #include "quantize.hpp"
+#include "split_view.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -28,37 +29,42 @@ template <uint32_t DT>
 void split_scalar(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxState* st) {
     const kvc_kv_layout& L = *a.layout;
     const uint32_t d = L.head_dim;
-    uint32_t n[kTileRows] = {}; // visible keys of each row inside this split
-    uint32_t n_max = 0;
-    for (int r = 0; r < t.n; ++r) {
-        n[r] = t.limit[r] > k0 ? std::min(t.limit[r] - k0, kSplitKeys) : 0;
-        n_max = std::max(n_max, n[r]);
-    }
+    const SplitView sv = split_view(t, t.n, k0); // the keys each row sees inside this split
     float sc[kTileRows][kSplitKeys];
     float row[kMaxHeadDim];
+    // every stretch some row sees, key by key in key order
+    const auto for_each_key = [&](auto&& body) {
+        for (int g = 0; g < sv.n_ranges; ++g)
+            for (uint32_t j = sv.first[g]; j < sv.last[g]; ++j) body(j);
+    };
 
     // phase 1: scores s = (q . k) * scale, each K row widened once for all rows of the tile
-    for (uint32_t j = 0; j < n_max; ++j) {
+    for_each_key([&](uint32_t j) {
         const uint8_t* kp = kvc_kv_address(&L, a.table, k0 + j, KVC_PLANE_K, a.kv_head, 0);
         widen_row<DT>(kp, L, a.k_scales ? a.k_scales[a.kv_head] : 1.0f, row);
         for (int r = 0; r < t.n; ++r) {
-            if (j >= n[r]) continue;
+            if (!sv.sees(r, j)) continue;
             float dot = 0.0f;
             for (uint32_t c = 0; c < d; ++c) dot += t.q[r][c] * row[c];
             sc[r][j] = dot * a.scale;
         }
-    }
-    // phase 2: the maximum of each row, and phase 3: p = exp(s - m) and its sum
+    });
+    // phase 2: the maximum of each row, and phase 3: p = exp(s - m) and its sum, over the keys the row sees
     for (int r = 0; r < t.n; ++r) {
         SoftmaxState& s = st[r];
         s.m = -INFINITY;
         s.l = 0.0f;
         for (uint32_t c = 0; c < padded_dim(d); ++c) s.o[c] = 0.0f;
-        if (n[r] == 0) continue; // empty split for this row: the empty state
-        float m = sc[r][0];
-        for (uint32_t j = 1; j < n[r]; ++j) m = std::max(m, sc[r][j]);
+        const uint32_t end = sv.row_end(r);
+        if (end == 0) continue; // empty split for this row: the empty state
+        uint32_t j0 = 0;
+        while (!sv.sees(r, j0)) ++j0; // the row's first key here (it sees one: end > 0)
+        float m = sc[r][j0];
+        for (uint32_t j = j0 + 1; j < end; ++j)
+            if (sv.sees(r, j)) m = std::max(m, sc[r][j]);
         float l = 0.0f;
-        for (uint32_t j = 0; j < n[r]; ++j) {
+        for (uint32_t j = 0; j < end; ++j) {
+            if (!sv.sees(r, j)) continue;
             sc[r][j] = std::exp(sc[r][j] - m);
             l += sc[r][j];
         }
@@ -66,16 +72,16 @@ void split_scalar(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxStat
         s.l = l;
     }
     // phase 4: o = sum_j p_j v_j, each V row widened once for all rows of the tile
-    for (uint32_t j = 0; j < n_max; ++j) {
+    for_each_key([&](uint32_t j) {
         const uint8_t* vp = kvc_kv_address(&L, a.table, k0 + j, KVC_PLANE_V, a.kv_head, 0);
         widen_row<DT>(vp, L, a.v_scales ? a.v_scales[a.kv_head] : 1.0f, row);
         for (int r = 0; r < t.n; ++r) {
-            if (j >= n[r]) continue;
+            if (!sv.sees(r, j)) continue;
             const float p = sc[r][j];
             float* o = st[r].o;
             for (uint32_t c = 0; c < d; ++c) o[c] += p * row[c];
         }
-    }
+    });
 }
 
 template <uint32_t DT>

@@ -38,6 +38,7 @@
 #include "dtype_convert.hpp"
 #include "quantize.hpp"
 #include "simd.hpp"
+#include "split_view.hpp"
 
 #include <immintrin.h>
 
@@ -203,6 +204,13 @@ struct RowPrefetcher {
     uintptr_t line = 0;      // and the next line of its span is this one
     SpanCursor far{};        // the primer: every page before row far.v is primed,
     uintptr_t page = 0;      // and the next address of its span to prime is this one
+    uint32_t skip = 0;       // keys at the start of the split that it does not read (before a window): never fetched
+
+    // The split reads its keys from `first` on (SplitView::walk_from): both walks start there, in K and in V.
+    KVC_KERNEL_TARGET inline __attribute__((always_inline)) void skip_to(uint32_t first) {
+        skip = first;
+        near.v = near.span_end = far.v = far.span_end = first;
+    }
 
     // Every method is forced inline: a call from a kernel loop clobbers every vector register, so the caller's
     // accumulators would go to the stack around it (out of line, the calls take 12 % of an MHA decode in cache on
@@ -211,21 +219,24 @@ struct RowPrefetcher {
     // row c.v starts a span: where it lives, and how many rows of its part follow it in the same block (`next`: the
     // rows of the next split this walk goes on into)
     KVC_KERNEL_TARGET inline __attribute__((always_inline)) void next_span(SpanCursor& c, uint32_t next) const {
-        uint32_t part = 0, part_end = n, plane = KVC_PLANE_K;
+        uint32_t part = 0, part_end = n, plane = KVC_PLANE_K, from = skip; // from: the part's rows not read
         uint64_t first = k0; // the part's first position
         if (c.v >= n + n) {
             part = n + n;
             part_end = n + n + next;
             first = k0 + kSplitKeys;
+            from = 0;
         } else if (c.v >= n) {
             part = n;
             part_end = n + n;
             plane = KVC_PLANE_V;
         }
+        if (c.v < part + from) c.v = part + from; // the V part starts where the K part did
         uint32_t slot = 0;
-        if (c.v == part) { // a part starts: one division
-            c.block = first / l->block_size;
-            slot = static_cast<uint32_t>(first - c.block * l->block_size);
+        if (c.v == part + from) { // a part starts: one division
+            const uint64_t pos = first + from;
+            c.block = pos / l->block_size;
+            slot = static_cast<uint32_t>(pos - c.block * l->block_size);
         } else { // the part goes on at the start of the next block
             ++c.block;
         }
@@ -244,6 +255,7 @@ struct RowPrefetcher {
             if (c.v == c.span_end) {
                 next_span(c, next);
                 at = c.base & ~uintptr_t(63);
+                if (c.v >= target) break; // it stepped over rows the split does not read
             }
             const uint32_t stop = std::min(target, c.span_end);
             step(stop, c.base + uintptr_t(stop - c.span_v0) * l->row_bytes);
@@ -558,40 +570,80 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) __m256 exp_sum_row8(floa
     return acc;
 }
 
+// Phases 2 and 3 of one row (shared with the quantized kernel): the maximum m of the row's visible scores, then
+// p = exp(s - m) in place and l = sum p in 8 lanes. Keys of [start, end) the row does not see (between its sinks and
+// its window) are set to -inf first, so their p is exactly 0 and adds nothing to any lane: the row's bits are those
+// of its visible keys alone, whichever other rows share its tile. start is a multiple of 8 (SplitView::row_start).
+KVC_KERNEL_TARGET inline void row_softmax(const SplitView& sv, int r, float* row, uint32_t dq, SoftmaxState& s) {
+    for (uint32_t c = 0; c < dq; c += 8) _mm256_storeu_ps(s.o + c, _mm256_setzero_ps());
+    s.m = -INFINITY;
+    s.l = 0.0f;
+    const uint32_t nr = sv.row_end(r);
+    if (nr == 0) return; // empty split for this row: the empty state
+    const uint32_t start = sv.row_start(r);
+    for (uint32_t j = std::max(start, sv.head[r]); j < std::min(sv.lo[r], nr); ++j) row[j] = -INFINITY;
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    uint32_t j = start;
+    for (; j + 8 <= nr; j += 8) vmax = _mm256_max_ps(vmax, _mm256_load_ps(row + j));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    float m = lanes[0];
+    for (int i = 1; i < 8; ++i) m = std::max(m, lanes[i]);
+    for (; j < nr; ++j) m = std::max(m, row[j]);
+    for (j = nr; j % 8 != 0; ++j) row[j] = -INFINITY; // pad the last chunk: its exp is exactly 0
+    __m256 acc[8] = {exp_sum_row(row + start, j - start, m), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    _mm256_store_ps(lanes, reduce8(acc));
+    s.m = m;
+    s.l = lanes[0];
+}
+
+// Phase 4 for one key jj that not every row sees: each row that sees it adds p * v, the others skip it.
+template <uint32_t DT, int R>
+KVC_KERNEL_TARGET inline void accumulate_key(const SplitView& sv, const uint8_t* v, uint32_t jj, uint32_t d,
+                                             const float (*sch)[kSplitKeys], SoftmaxState* sh) {
+    for (uint32_t c = 0; c < d; c += 8) {
+        const __m256 vv =
+            c + 8 <= d ? load8<DT>(v + c * elem_bytes<DT>()) : load_tail<DT>(v + c * elem_bytes<DT>(), d - c);
+        for (int r = 0; r < R; ++r)
+            if (sv.sees(r, jj))
+                _mm256_storeu_ps(sh[r].o + c,
+                                 _mm256_fmadd_ps(_mm256_set1_ps(sch[r][jj]), vv, _mm256_loadu_ps(sh[r].o + c)));
+    }
+}
+
 // The kernel for R rows of nh consecutive KV heads. Phases 1 and 4 walk the split block run by block run and, inside
 // each run, head by head: the heads of a block are contiguous, so a decode sweeps each block's K (then V) plane in
 // one pass instead of visiting the block once per head. Every head has its own prefetcher running ahead along the
-// block table, so together they fetch the next blocks' planes for every head at once.
+// block table, so together they fetch the next blocks' planes for every head at once. With windows the walks cover
+// only the stretches some row sees (SplitView): keys before a window and between the sinks and the windows are
+// neither read nor fetched.
 template <uint32_t DT, int R>
 KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile* tiles, uint32_t k0, SoftmaxState* st) {
     const kvc_kv_layout& L = *a.layout;
-    const RowTile& t = tiles[0]; // the limits are the same for every head
+    const RowTile& t = tiles[0]; // the limits, windows and sinks are the same for every head
     const uint32_t d = L.head_dim, dq = padded_dim(d), B = L.block_size;
-    uint32_t n[kTileRows] = {}; // visible keys of each row inside this split
-    uint32_t n_max = 0, n_min = kSplitKeys, limit_max = 0;
-    for (int r = 0; r < R; ++r) {
-        n[r] = t.limit[r] > k0 ? std::min(t.limit[r] - k0, kSplitKeys) : 0;
-        n_max = std::max(n_max, n[r]);
-        n_min = std::min(n_min, n[r]);
-        limit_max = std::max(limit_max, t.limit[r]);
-    }
+    const SplitView sv = split_view(t, R, k0);
+    const uint32_t n_max = sv.end; // the walks' K rows are offsets [0, n_max), their V rows n_max + offset
     alignas(32) float sc[kMaxCallRows][kSplitKeys]; // row r of head h is sc[h * R + r]
     const __m256 scale_all = _mm256_set1_ps(a.scale);
-    const uint64_t next_k0 = uint64_t(k0) + kSplitKeys;
+    const uint64_t next_seen = visible_run(t, R, uint64_t(k0) + kSplitKeys); // the next split's keys seen in a row
     const WalkPlan walk = avx2_walk(); // the whole plan at once (one relaxed atomic load, in the AVX2 file)
     const uint32_t ahead = walk.prefetch_rows;
     // the keys of the next split a walk `lead` rows ahead reaches (0 when there is none)
-    const auto next_rows = [&](uint32_t lead) {
-        return next_k0 < limit_max ? static_cast<uint32_t>(std::min<uint64_t>(limit_max - next_k0, lead)) : 0u;
-    };
+    const auto next_rows = [&](uint32_t lead) { return static_cast<uint32_t>(std::min<uint64_t>(next_seen, lead)); };
     const uint32_t n_next = next_rows(ahead);
     // the primer's lead in rows (WalkPlan::prime_kib)
     const uint32_t prime = walk.prime_kib == 0 ? 0 : std::max<uint32_t>(1, walk.prime_kib * 1024u / L.row_bytes);
     const uint32_t prime_next = next_rows(prime);
     RowPrefetcher pf[kMaxCallRows];
-    for (uint32_t h = 0; h < nh; ++h)
+    for (uint32_t h = 0; h < nh; ++h) {
         pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, ahead, walk.prefetch_to_l2,
                               walk.spread_prefetch, prime, prime_next};
+        pf[h].skip_to(sv.walk_from());
+    }
+    RowPrefetcher idle{}; // the walk of the sinks' stretch when a window stretch follows: nothing to fetch
     // the group path: scores from 4 rows on; V where there is something to widen (f16, bf16) and more than one
     // 4-row block to share it (for one block the AVX2 scratch is pure overhead: measured; AVX-512 follows the same
     // gate, unmeasured for f32 and 4-row tiles)
@@ -614,96 +666,81 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
             for (uint32_t h = 0; h < nh; ++h) group_queries<R>(tiles[h], dq, pairs, qs + h * q_rows);
     }
 
-    // phase 1: scores s = (q . k) * scale, walking the split's keys block run by block run (visits of at most `visit`
+    // phase 1: scores s = (q . k) * scale, walking each stretch block run by block run (visits of at most `visit`
     // keys), heads inside
     // fp8: each head's own score scale, the softmax scale with its K scale and the fold (fp8_fused_k_scale)
     __m256 head_scale[is_fp8<DT>() ? kMaxCallRows : 1];
     if constexpr (is_fp8<DT>())
         for (uint32_t h = 0; h < nh; ++h)
             head_scale[h] = _mm256_set1_ps(fp8_fused_k_scale(DT, a.scale, a.k_scales[a.kv_head + h]));
-    for (uint32_t j = 0; j < n_max;) {
-        const uint64_t pos = static_cast<uint64_t>(k0) + j;
-        const uint32_t slot = static_cast<uint32_t>(pos % B);
-        const uint32_t run = std::min({B - slot, n_max - j, visit});
-        const uint8_t* kp = kvc_kv_address(&L, a.table, pos, KVC_PLANE_K, a.kv_head, 0);
-        for (uint32_t h = 0; h < nh; ++h) {
-            const __m256 scale = is_fp8<DT>() ? head_scale[is_fp8<DT>() ? h : 0] : scale_all;
-            if constexpr (kGroupScores) {
-                if (group_path) {
-                    group_scores<DT, R>(qs + h * q_rows, pairs, kp + h * L.head_bytes, run, L.row_bytes, d, scale,
-                                        pf[h], sc + h * R, j);
-                    continue;
+    for (int g = 0; g < sv.n_ranges; ++g) {
+        const bool fetch = g + 1 == sv.n_ranges;
+        for (uint32_t j = sv.first[g]; j < sv.last[g];) {
+            const uint64_t pos = static_cast<uint64_t>(k0) + j;
+            const uint32_t slot = static_cast<uint32_t>(pos % B);
+            const uint32_t run = std::min({B - slot, sv.last[g] - j, visit});
+            const uint8_t* kp = kvc_kv_address(&L, a.table, pos, KVC_PLANE_K, a.kv_head, 0);
+            for (uint32_t h = 0; h < nh; ++h) {
+                const __m256 scale = is_fp8<DT>() ? head_scale[is_fp8<DT>() ? h : 0] : scale_all;
+                RowPrefetcher& p = fetch ? pf[h] : idle;
+                if constexpr (kGroupScores) {
+                    if (group_path) {
+                        group_scores<DT, R>(qs + h * q_rows, pairs, kp + h * L.head_bytes, run, L.row_bytes, d, scale,
+                                            p, sc + h * R, j);
+                        continue;
+                    }
                 }
+                score_run<DT, R>(tiles[h].q, kp + h * L.head_bytes, run, L.row_bytes, d, scale, p, sc + h * R, j);
             }
-            score_run<DT, R>(tiles[h].q, kp + h * L.head_bytes, run, L.row_bytes, d, scale, pf[h], sc + h * R, j);
+            j += run;
         }
-        j += run;
     }
 
     // phase 2: the maximum of each row; phase 3: p = exp(s - m) in place, and l = sum p in 8 lanes
     for (uint32_t h = 0; h < nh; ++h)
-        for (int r = 0; r < R; ++r) {
-            SoftmaxState& s = st[h * kTileRows + r];
-            for (uint32_t c = 0; c < dq; c += 8) _mm256_storeu_ps(s.o + c, _mm256_setzero_ps());
-            s.m = -INFINITY;
-            s.l = 0.0f;
-            const uint32_t nr = n[r];
-            if (nr == 0) continue; // empty split for this row: the empty state
-            float* row = sc[h * R + r];
-            __m256 vmax = _mm256_set1_ps(-INFINITY);
-            uint32_t j = 0;
-            for (; j + 8 <= nr; j += 8) vmax = _mm256_max_ps(vmax, _mm256_load_ps(row + j));
-            alignas(32) float lanes[8];
-            _mm256_store_ps(lanes, vmax);
-            float m = lanes[0];
-            for (int i = 1; i < 8; ++i) m = std::max(m, lanes[i]);
-            for (; j < nr; ++j) m = std::max(m, row[j]);
-            for (j = nr; j % 8 != 0; ++j) row[j] = -INFINITY; // pad the last chunk: its exp is exactly 0
-            __m256 acc[8] = {exp_sum_row(row, j, m), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                             _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            _mm256_store_ps(lanes, reduce8(acc));
-            s.m = m;
-            s.l = lanes[0];
-        }
+        for (int r = 0; r < R; ++r) row_softmax(sv, r, sc[h * R + r], dq, st[h * kTileRows + r]);
 
-    // phase 4: o = sum_j p_j v_j. Keys every row sees go through register accumulators; the few keys past some
-    // row's causal limit (the end of a prefill tile) go key by key, skipping the rows that do not see them.
-    for (uint32_t j = 0; j < n_max;) {
-        const uint64_t pos = static_cast<uint64_t>(k0) + j;
-        const uint32_t slot = static_cast<uint32_t>(pos % B);
-        const uint32_t run = std::min({B - slot, n_max - j, visit});
-        const uint8_t* vp0 = kvc_kv_address(&L, a.table, pos, KVC_PLANE_V, a.kv_head, 0);
-        const uint32_t all_live = j < n_min ? std::min(run, n_min - j) : 0;
-        for (uint32_t h = 0; h < nh; ++h) {
-            const uint8_t* vp = vp0 + h * L.head_bytes;
-            SoftmaxState* sh = st + h * kTileRows;
-            const float (*sch)[kSplitKeys] = sc + h * R;
-            if (all_live > 0) {
-                const float* p[R];
-                for (int r = 0; r < R; ++r) p[r] = sch[r] + j;
-                bool done = false;
-                if constexpr (kWiden) {
-                    if (group_path) {
-                        group_values<DT, R>(vp, L.row_bytes, all_live, d, dq, kScratch ? wide : nullptr, sch, j, sh,
-                                            &pf[h], n_max + j);
-                        done = true;
+    // phase 4: o = sum_j p_j v_j. Keys every row sees go through register accumulators; the others (the end of a
+    // prefill tile, the start of a tile's windows) go key by key, skipping the rows that do not see them.
+    for (int g = 0; g < sv.n_ranges; ++g) {
+        const bool fetch = g + 1 == sv.n_ranges;
+        for (uint32_t j = sv.first[g]; j < sv.last[g];) {
+            const uint64_t pos = static_cast<uint64_t>(k0) + j;
+            const uint32_t slot = static_cast<uint32_t>(pos % B);
+            const uint32_t run = std::min({B - slot, sv.last[g] - j, visit});
+            const uint8_t* vp0 = kvc_kv_address(&L, a.table, pos, KVC_PLANE_V, a.kv_head, 0);
+            for (uint32_t h = 0; h < nh; ++h) {
+                const uint8_t* vp = vp0 + h * L.head_bytes;
+                SoftmaxState* sh = st + h * kTileRows;
+                const float (*sch)[kSplitKeys] = sc + h * R;
+                RowPrefetcher* p = fetch ? &pf[h] : &idle;
+                for (uint32_t i = 0; i < run;) {
+                    const uint32_t jj = j + i, live = sv.live_until(jj);
+                    if (live == 0) {
+                        p->upto(n_max + jj + 1);
+                        accumulate_key<DT, R>(sv, vp + i * L.row_bytes, jj, d, sch, sh);
+                        ++i;
+                        continue;
                     }
+                    const uint32_t count = std::min(run - i, live - jj);
+                    bool done = false;
+                    if constexpr (kWiden) {
+                        if (group_path) {
+                            group_values<DT, R>(vp + i * L.row_bytes, L.row_bytes, count, d, dq,
+                                                kScratch ? wide : nullptr, sch, jj, sh, p, n_max + jj);
+                            done = true;
+                        }
+                    }
+                    if (!done) {
+                        const float* pr[R];
+                        for (int r = 0; r < R; ++r) pr[r] = sch[r] + jj;
+                        accumulate_all_live<DT, R>(vp + i * L.row_bytes, L.row_bytes, count, pr, sh, d, p, n_max + jj);
+                    }
+                    i += count;
                 }
-                if (!done) accumulate_all_live<DT, R>(vp, L.row_bytes, all_live, p, sh, d, &pf[h], n_max + j);
             }
-            for (uint32_t i = all_live; i < run; ++i) {
-                const uint32_t jj = j + i;
-                pf[h].upto(n_max + jj + 1);
-                const uint8_t* v = vp + i * L.row_bytes;
-                for (uint32_t c = 0; c < d; c += 8) {
-                    const __m256 vv = c + 8 <= d ? load8<DT>(v + c * elem_bytes<DT>()) : load_tail<DT>(v + c * elem_bytes<DT>(), d - c);
-                    for (int r = 0; r < R; ++r)
-                        if (jj < n[r])
-                            _mm256_storeu_ps(sh[r].o + c, _mm256_fmadd_ps(_mm256_set1_ps(sch[r][jj]), vv, _mm256_loadu_ps(sh[r].o + c)));
-                }
-            }
+            j += run;
         }
-        j += run;
     }
     // fp8: the split's V sums times each head's V scale and the fold (fp8_fused_v_scale), once per element
     if constexpr (is_fp8<DT>())

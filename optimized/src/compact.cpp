@@ -14,7 +14,7 @@ void Engine::Impl::compact() {
     for (auto& [id, sq] : seqs)
         for (Stream& s : sq.layers)
             for (uint32_t& b : s.blocks) {
-                if (!pool.draining(b)) continue;
+                if (b == kDroppedBlock || !pool.draining(b)) continue;
                 const uint32_t moved = pool.take(); // never in a draining slab: their free blocks are off the list
                 std::memcpy(pool.base(moved), pool.base(b), pool.block_bytes());
                 if (pool.sealed(b)) pool.seal(moved);

@@ -38,6 +38,16 @@ kvc_status guarded(Engine::Impl& im, F&& body) {
 Engine::Impl::Impl(const kvc_config& c, const EngineOptions& o, uint32_t b, const PoolOptions& p)
     : cfg(c), opt(o), block_size(b), pool(p) {}
 
+kvc_status Engine::Impl::evicted(const char* op, uint32_t seq, uint32_t layer, uint64_t pos, uint64_t n,
+                                 const Stream& s) {
+    const uint64_t from = uint64_t{sink_blocks} * block_size, to = from + uint64_t{s.dropped} * block_size;
+    return fail(KVC_ERR_EVICTED,
+                "%s: rows %llu..%llu of sequence %u layer %u include evicted rows (%llu..%llu were dropped: no query "
+                "of window %u can see them again)",
+                op, static_cast<unsigned long long>(pos), static_cast<unsigned long long>(pos + n - 1), seq, layer,
+                static_cast<unsigned long long>(from), static_cast<unsigned long long>(to - 1), window_of(layer));
+}
+
 kvc_status Engine::Impl::fail(kvc_status status, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -53,7 +63,7 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
         if (error) *error = why;
         return nullptr;
     };
-    if (const Refusal r = check_config(c, kMaxHeadDim, kMaxCount, /*quantized=*/true); r.refused())
+    if (const Refusal r = check_config(c, kMaxHeadDim, kMaxCount, /*quantized=*/true, /*windows=*/true); r.refused())
         return refuse(r.status, r.message);
     const bool quantized = is_quantized_dtype(c.cache_dtype);
     QuantFormat qf;
@@ -73,6 +83,13 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
     try {
         auto im = std::make_unique<Impl>(c, o, b, p);
         im->cfg.block_size_hint = b;
+        if (any_window(c)) { // sinks without a window have no effect (and are accepted: abi_checks.hpp)
+            im->windows.assign(c.windows, c.windows + c.n_layers);
+            im->n_sinks = c.n_sinks;
+            im->evict = c.evict != 0;
+            im->sink_blocks = static_cast<uint32_t>((uint64_t{c.n_sinks} + b - 1) / b);
+        }
+        im->cfg.windows = nullptr; // the harness's array: not kept past create
         im->elem_bytes = es;
         im->quantized = quantized;
         im->quant = qf;
@@ -194,6 +211,8 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
         shape.layout = &l;
         shape.k_scales = k_scales_of(layer);
         shape.v_scales = v_scales_of(layer);
+        shape.window = window_of(layer);
+        shape.sinks = n_sinks;
         plan.build(shape, calls.data(), calls.size());
     }
 
@@ -218,6 +237,11 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
     }
     // phase 4: attention over what is now cached
     if (attend) plan.run();
+    // phase 5: free the blocks no later query of the layer can see (after the attention: this call's first queries
+    // may still see rows that its last append made dead)
+    if (evict)
+        for (uint32_t i = 0; i < n_seqs; ++i)
+            if (pending[i].n != 0) evict_dead(*pending[i].stream, layer);
     return KVC_OK;
 }
 
@@ -226,6 +250,7 @@ kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t 
     if (const Refusal r = check_read_kv(seq, layer, pos, n, k_out, v_out, im.view()); r.refused()) return im.fail(r);
     if (n == 0) return KVC_OK;
     const Stream* s = im.find(seq, layer);
+    if (im.holds_dropped(*s, pos, n)) return im.evicted("read_kv", seq, layer, pos, n, *s);
     const kvc_kv_layout l = im.layout();
     const uint64_t row = kvc_kv_scale_offset(&l); // the elements (codes) only: scales are read_kv_scales'
     for (uint32_t i = 0; i < n; ++i)
@@ -246,6 +271,7 @@ kvc_status Engine::read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, ui
         return im.fail(r);
     if (n == 0) return KVC_OK;
     const Stream* s = im.find(seq, layer);
+    if (im.holds_dropped(*s, pos, n)) return im.evicted("read_kv_scales", seq, layer, pos, n, *s);
     const kvc_kv_layout l = im.layout();
     const uint64_t out_row = row_scales_bytes(im.quant);
     const float* ks = im.k_scales_of(layer);
@@ -272,9 +298,11 @@ kvc_status Engine::seq_length(uint32_t seq, uint32_t layer, uint32_t* length) {
 kvc_status Engine::memory(kvc_memory* out) {
     Impl& im = *impl_;
     if (const Refusal r = check_memory_out(out); r.refused()) return im.fail(r);
-    uint64_t tokens = 0; // sum over (seq, layer) of length: a shared block counts for every sequence
+    // sum over (seq, layer) of the rows read_kv can return (length less the rows of freed blocks): a shared block
+    // counts for every sequence
+    uint64_t tokens = 0;
     for (const auto& [id, sq] : im.seqs)
-        for (const Stream& s : sq.layers) tokens += s.length;
+        for (const Stream& s : sq.layers) tokens += s.length - uint64_t{s.dropped} * im.block_size;
     const uint64_t capacity = im.pool.blocks_in_use() * im.pool.block_bytes(); // a shared block counts once
     out->block_size = im.block_size;
     // a head row's elements plus the scales stored with it (fp8's config scales are workspace, below)
@@ -299,7 +327,8 @@ kvc_status Engine::fork(uint32_t parent, uint32_t child) {
         auto c = im.seqs.try_emplace(child).first;
         c->second = std::move(copy);
         for (const Stream& s : c->second.layers) // full blocks and the partial last block are now shared
-            for (uint32_t id : s.blocks) im.pool.retain(id);
+            for (uint32_t id : s.blocks)
+                if (id != kDroppedBlock) im.pool.retain(id); // freed blocks stay freed in the child too
         return KVC_OK;
     });
 }
@@ -309,7 +338,8 @@ kvc_status Engine::release(uint32_t seq) {
     if (const Refusal r = check_release(seq, im.view()); r.refused()) return im.fail(r);
     auto it = im.seqs.find(seq);
     for (const Stream& s : it->second.layers)
-        for (uint32_t id : s.blocks) im.pool.drop(id);
+        for (uint32_t id : s.blocks)
+            if (id != kDroppedBlock) im.pool.drop(id);
     im.seqs.erase(it);
     im.compact();
     return KVC_OK;
@@ -330,6 +360,7 @@ const uint8_t* Engine::slot_address(uint32_t seq, uint32_t layer, uint64_t pos, 
     if (layer >= im.cfg.n_layers || plane > 1 || head >= im.cfg.n_kv_heads) return nullptr;
     const Stream* s = im.find(seq, layer);
     if (s == nullptr || pos >= static_cast<uint64_t>(s->blocks.size()) * im.block_size) return nullptr;
+    if (s->blocks[pos / im.block_size] == kDroppedBlock) return nullptr;
     const kvc_kv_layout l = im.layout();
     return kvc_kv_address(&l, s->blocks.data(), pos, plane, head, 0);
 }

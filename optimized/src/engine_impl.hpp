@@ -17,11 +17,16 @@
 
 namespace kvc::opt {
 
+// The table entry of a block an evicting cache freed: every row it held was dead (no later query sees it).
+constexpr uint32_t kDroppedBlock = UINT32_MAX;
+
 // One (sequence, layer): its rows live in blocks[pos / B], slot pos % B.
-// Invariant: blocks.size() == ceil(length / B); every slot below length was written exactly once.
+// Invariant: blocks.size() == ceil(length / B); every slot below length was written exactly once. With eviction,
+// blocks[sink_blocks .. sink_blocks + dropped - 1] are kDroppedBlock (freed; positions stay absolute), no other.
 struct Stream {
     std::vector<uint32_t> blocks;
     uint32_t length = 0;
+    uint32_t dropped = 0; // blocks freed by eviction, right after the sinks' blocks
 };
 
 struct Sequence {
@@ -40,6 +45,12 @@ struct Engine::Impl {
     std::vector<float> k_scales, v_scales;
     uint32_t padded = 0;     // head_dim rounded up to 8
     uint64_t max_tokens = 0; // per stream
+    // Windows (ABI 1.2): W of each layer (0: none; empty: no window anywhere), the sinks, and eviction. The config's
+    // array is the harness's: copied at create. sink_blocks: the leading blocks that hold sinks, never freed.
+    std::vector<uint32_t> windows;
+    uint32_t n_sinks = 0;
+    bool evict = false;
+    uint32_t sink_blocks = 0;
     kvc_kv_layout geometry{};
     BlockPool pool;
     Rope rope;
@@ -80,6 +91,8 @@ struct Engine::Impl {
                          },
                          [this](uint32_t seq) { return seqs.count(seq) != 0; }};
     }
+    // KVC_ERR_EVICTED for a read of rows pos .. pos + n - 1 of s that include freed ones.
+    kvc_status evicted(const char* op, uint32_t seq, uint32_t layer, uint64_t pos, uint64_t n, const Stream& s);
     // fail() with a refusal's status and message.
     kvc_status fail(const Refusal& r) { return fail(r.status, "%s", r.message); }
 
@@ -98,6 +111,13 @@ struct Engine::Impl {
     // Copies a shared partial last block, takes the new blocks (after pool.reserve), writes the rows, seals every
     // block it fills and advances length. Cannot fail.
     void write(const Pending& p);
+
+    uint32_t window_of(uint32_t layer) const { return windows.empty() ? 0 : windows[layer]; }
+    // Evicting caches: frees the blocks of s whose every row is dead, i.e. outside the window of every later query
+    // of the layer (rows j with n_sinks <= j <= length - W), after the sinks' blocks. Cannot fail.
+    void evict_dead(Stream& s, uint32_t layer);
+    // Whether rows pos .. pos + n - 1 of s include one in a freed block.
+    bool holds_dropped(const Stream& s, uint64_t pos, uint64_t n) const;
 
     // Moves the blocks of the emptiest slabs into the others' free blocks and returns the emptied slabs to malloc,
     // when enough free blocks have piled up (compact.cpp). Cannot fail: it uses free blocks only.

@@ -32,8 +32,11 @@ TEST(Abi, DeclaresWhatItDoes) {
     EXPECT_EQ(caps.quant, KVC_QUANT_FP8_SCALE_TENSOR | KVC_QUANT_FP8_SCALE_KV_HEAD | KVC_QUANT_INT8_SCALE_F16);
     EXPECT_EQ(caps.rope_variants, (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ));
     const uint32_t all = KVC_FEATURE_GQA | KVC_FEATURE_PAGED | KVC_FEATURE_FORK | KVC_FEATURE_RELEASE |
-                         KVC_FEATURE_BATCH | KVC_FEATURE_CHUNKED;
+                         KVC_FEATURE_BATCH | KVC_FEATURE_CHUNKED | KVC_FEATURE_WINDOW | KVC_FEATURE_SINKS |
+                         KVC_FEATURE_EVICT; // not HEAD_DIM_V nor ROPE_RANGE: refused (test_window.cpp)
     EXPECT_EQ(caps.features, all);
+    EXPECT_EQ(caps.max_window, 0u); // any window, any number of sinks
+    EXPECT_EQ(caps.max_sinks, 0u);
     EXPECT_EQ(caps.precision, uint32_t(KVC_PRECISION_F32));
     EXPECT_EQ(caps.memory_space, uint32_t(KVC_MEMORY_HOST));
     EXPECT_EQ(caps.max_head_dim, 256u);

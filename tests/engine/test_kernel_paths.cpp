@@ -109,11 +109,36 @@ struct KernelCase {
         return flat;
     }
 
+    // A sliding window of w keys for every row (each row's own: from = limit - w) and s sinks.
+    void set_window(uint32_t w, uint32_t s) {
+        window = w;
+        sinks = s;
+        for (uint32_t h = 0; h < nh; ++h) {
+            tiles[h].sinks = s;
+            for (int r = 0; r < n; ++r) tiles[h].from[r] = tiles[h].limit[r] > w ? tiles[h].limit[r] - w : 0;
+        }
+    }
+    // The same case with only row r of every head (a one-row tile).
+    KernelCase only_row(int r) const {
+        KernelCase one = *this;
+        one.layout.block_base = one.bases.data();
+        for (uint32_t h = 0; h < nh; ++h) {
+            one.tiles[h].n = 1;
+            one.tiles[h].q[0] = tiles[h].q[r];
+            one.tiles[h].limit[0] = tiles[h].limit[r];
+            one.tiles[h].from[0] = tiles[h].from[r];
+        }
+        one.n = 1;
+        return one;
+    }
+    uint32_t window = 0, sinks = 0;
+
     std::string describe() const {
         return "dtype " + std::to_string(dtype) + ", block " + std::to_string(block) + ", head_dim " +
                std::to_string(head_dim) + ", rows " + std::to_string(n) + ", heads per call " + std::to_string(nh) +
                ", k0 " + std::to_string(k0) + ", last limit " + std::to_string(tiles[0].limit[n - 1]) +
-               ", q scale " + std::to_string(q_scale);
+               ", q scale " + std::to_string(q_scale) + ", window " + std::to_string(window) + ", sinks " +
+               std::to_string(sinks);
     }
 
 private:
@@ -256,6 +281,93 @@ TEST(KernelPaths, CpuFamilyIsTheKernelsAndChoosesTheScoreLayout) {
     EXPECT_EQ(static_cast<unsigned>(family), opt::cpu_family());
     EXPECT_EQ(opt::cpu_is_amd() && family == 25, opt::avx512_score_row_pairs())
         << "row pairs by default on AMD family 25 (Zen 4) only (attention_kernel.hpp)";
+}
+
+} // namespace
+} // namespace kvc::test
+
+namespace kvc::test {
+namespace {
+
+// Windows and sinks in one split: every row's state is, bitwise, the state of that row alone in a one-row tile (the
+// keys a neighbour sees and the row does not change none of its bits), on every kernel; AVX-512 equals AVX2; the
+// portable kernel is close; and the normalized state equals the softmax over exactly the row's visible keys.
+TEST(KernelPaths, WindowedRowsDependOnTheirOwnKeysOnly) {
+    SwitchesRestored restore;
+    Rng rng(test_seed(20261210));
+    const bool avx2 = opt::cpu_has_avx2_f16c(), avx512 = opt::cpu_has_avx512();
+    int cases_split_by_gap = 0;
+    for (int c = 0; c < 300; ++c) {
+        KernelCase kc(rng);
+        const uint32_t windows[] = {1, 2, 7, 30, 100, 255, 256, 300};
+        const uint32_t w = windows[rng.below(8)], s = rng.below(2) ? 0 : 1 + rng.below(40);
+        kc.set_window(w, s);
+        if (s > 0 && kc.tiles[0].from[0] > s) ++cases_split_by_gap;
+        const std::string what = "case " + std::to_string(c) + ": " + kc.describe();
+        std::vector<std::pair<const char*, opt::SplitKernel>> kernels = {{"portable", opt::split_kernel_scalar(kc.dtype)}};
+        if (avx2) kernels.push_back({"avx2", opt::split_kernel_avx2(kc.dtype)});
+        if (avx512) kernels.push_back({"avx512", opt::split_kernel_avx512(kc.dtype)});
+        std::vector<std::vector<float>> results;
+        for (const auto& [name, kernel] : kernels)
+            for (bool group : {true, false}) {
+                opt::set_avx2_group_path(group);
+                opt::set_avx512_group_path(group);
+                const std::vector<float> all = kc.run(kernel);
+                const size_t per = 2 + kc.head_dim;
+                for (int r = 0; r < kc.n; ++r) {
+                    const std::vector<float> alone = kc.only_row(r).run(kernel);
+                    for (uint32_t h = 0; h < kc.nh; ++h)
+                        ASSERT_EQ(0, std::memcmp(&all[(h * kc.n + r) * per], &alone[h * per], per * sizeof(float)))
+                            << name << (group ? ", group path" : ", direct path") << ", row " << r << ", head " << h
+                            << ": " << what;
+                }
+                if (group) results.push_back(all);
+            }
+        if (avx512) {
+            ASSERT_TRUE(bitwise_equal(results[2], results[1])) << "AVX-512 and AVX2 differ: " << what;
+        }
+        // against the softmax over the visible keys (double), per row: m is their maximum, o / l their average
+        const std::vector<float>& got = results.size() > 1 ? results[1] : results[0];
+        for (uint32_t h = 0; h < kc.nh; ++h)
+            for (int r = 0; r < kc.n; ++r) {
+                const RowTile& t = kc.tiles[h];
+                std::vector<double> sc;
+                std::vector<uint32_t> keys;
+                for (uint32_t j = kc.k0; j < kc.k0 + opt::kSplitKeys; ++j)
+                    if (j < t.limit[r] && (j >= t.from[r] || j < t.sinks)) keys.push_back(j);
+                const float* st = &got[(h * kc.n + r) * (2 + kc.head_dim)];
+                if (keys.empty()) {
+                    EXPECT_EQ(st[0], -INFINITY) << what;
+                    EXPECT_EQ(st[1], 0.0f) << what;
+                    continue;
+                }
+                const uint32_t head = kc.layout.n_kv_heads - kc.nh + h;
+                double m = -INFINITY;
+                for (uint32_t j : keys) {
+                    const uint8_t* kp = kvc_kv_address(&kc.layout, kc.table.data(), j, KVC_PLANE_K, head, 0);
+                    double dot = 0;
+                    for (uint32_t i = 0; i < kc.head_dim; ++i)
+                        dot += double(t.q[r][i]) * opt::load_elem(kp + i * kc.layout.elem_bytes, kc.dtype);
+                    sc.push_back(dot / std::sqrt(double(kc.head_dim)));
+                    m = std::max(m, sc.back());
+                }
+                double l = 0;
+                std::vector<double> o(kc.head_dim, 0.0);
+                for (size_t i = 0; i < keys.size(); ++i) {
+                    const double p = std::exp(sc[i] - m);
+                    l += p;
+                    const uint8_t* vp = kvc_kv_address(&kc.layout, kc.table.data(), keys[i], KVC_PLANE_V, head, 0);
+                    for (uint32_t x = 0; x < kc.head_dim; ++x)
+                        o[x] += p * opt::load_elem(vp + x * kc.layout.elem_bytes, kc.dtype);
+                }
+                ASSERT_NEAR(st[0], m, 1e-3 * (1 + std::abs(m))) << "row " << r << ": " << what;
+                for (uint32_t x = 0; x < kc.head_dim; ++x) {
+                    const double want = o[x] / l, have = double(st[2 + x]) / st[1] * std::exp(double(st[0]) - m);
+                    ASSERT_NEAR(have, want, 1e-3 * (1 + std::abs(want))) << "row " << r << ", dim " << x << ": " << what;
+                }
+            }
+    }
+    EXPECT_GT(cases_split_by_gap, 20) << "the random shapes must exercise sinks apart from the windows";
 }
 
 } // namespace

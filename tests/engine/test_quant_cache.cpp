@@ -402,13 +402,18 @@ TEST(QuantKernelPaths, EveryPathAgrees) {
         const uint32_t dq = opt::padded_dim(d);
         std::vector<float> q(size_t{nh} * n * dq, 0.0f);
         opt::RowTile tiles[opt::kMaxCallRows];
+        // half the cases with a sliding window (each row's own) and sinks
+        const uint32_t window = rng.below(2) ? 0 : 1 + rng.below(300), sinks = window ? rng.below(20) : 0;
         for (uint32_t h = 0; h < nh; ++h) {
             tiles[h].n = n;
             for (int r = 0; r < n; ++r) {
                 const auto v = rng.normal(d, 3.0f);
                 std::copy(v.begin(), v.end(), q.begin() + (size_t{h} * n + r) * dq);
                 tiles[h].q[r] = q.data() + (size_t{h} * n + r) * dq;
-                tiles[h].limit[r] = std::max<uint32_t>(1, last - static_cast<uint32_t>(n - 1 - r));
+                const auto back = static_cast<uint32_t>(n - 1 - r); // rows in token order, none before key 0
+                tiles[h].limit[r] = last > back ? last - back : 1;
+                tiles[h].from[r] = window && tiles[h].limit[r] > window ? tiles[h].limit[r] - window : 0;
+                tiles[h].sinks = sinks;
             }
         }
         const opt::SplitArgs args{&l, table.data(), heads - nh, 1.0f / std::sqrt(float(d)), scales.data(),
@@ -430,7 +435,8 @@ TEST(QuantKernelPaths, EveryPathAgrees) {
         };
         const std::string what = "dtype " + std::to_string(dtype) + ", d " + std::to_string(d) + ", block " +
                                  std::to_string(block) + ", rows " + std::to_string(n) + ", heads " +
-                                 std::to_string(nh) + ", k0 " + std::to_string(k0) + ", last " + std::to_string(last);
+                                 std::to_string(nh) + ", k0 " + std::to_string(k0) + ", last " + std::to_string(last) +
+                                 ", window " + std::to_string(window) + ", sinks " + std::to_string(sinks);
         const auto portable = run(opt::split_kernel_scalar(dtype));
         // fp8: the exact path (dequantized pieces) and the fused one (codes in place, scales per head)
         for (bool fused : {false, true}) {

@@ -13,7 +13,7 @@ namespace kvc {
 const std::vector<Builtin>& compiled_builtins() {
     static const std::vector<Builtin> list = {
         {"example", "tools/example_plugin: textbook contiguous cache in C, loop attention", kvc_example_entry},
-        {"cpu", "optimized/: paged CPU engine, f32/f16/bf16, GQA, RoPE, fork, batching", kvc_cpu_engine_entry},
+        {"cpu", "optimized/: paged CPU engine, f32/f16/bf16, fp8/int8/q8_0, GQA, RoPE, fork, batching, windows and eviction", kvc_cpu_engine_entry},
         {"cpu-sealed", "the CPU engine in test mode: full blocks mprotect-sealed, unused slots NaN-poisoned",
          kvc_cpu_engine_sealed_entry},
 #ifdef KVCHECK_HAVE_CUDA_ENGINE

@@ -76,9 +76,40 @@ inline Refusal check_quant_config(const kvc_config& c) {
     return {};
 }
 
+// Whether some layer of the config has a sliding window (windows given, some W > 0).
+inline bool any_window(const kvc_config& c) {
+    if (c.windows == nullptr) return false;
+    for (uint32_t l = 0; l < c.n_layers; ++l)
+        if (c.windows[l] != 0) return true;
+    return false;
+}
+
+// create() (ABI 1.2): the windowed and latent fields (check_config has made sure the struct holds them). windows:
+// the engine implements sliding windows, sinks and eviction (the CPU engine; the CUDA engine refuses them).
+// n_sinks without any window is accepted and has no effect: every key is visible anyway.
+inline Refusal check_window_config(const kvc_config& c, bool windows) {
+    if (c.evict > 1) return refuse(KVC_ERR_INVALID_ARGUMENT, "evict must be 0 or 1 (got %u)", c.evict);
+    const bool any = any_window(c);
+    if (c.evict != 0 && !any)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "evict needs a sliding window (config.windows with some W > 0)");
+    if (any && !windows)
+        return refuse(KVC_ERR_UNSUPPORTED, "sliding windows (config.windows), sinks and eviction are not supported");
+    if (c.head_dim_v != 0 && c.head_dim_v != c.head_dim)
+        return refuse(KVC_ERR_UNSUPPORTED, "head_dim_v %u differs from head_dim %u: not supported", c.head_dim_v,
+                      c.head_dim);
+    if (c.rope_dims == 0 && c.rope_dim_begin != 0)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "rope_dim_begin %u without rope_dims (0 means the whole head)",
+                      c.rope_dim_begin);
+    if (c.rope_dims != 0)
+        return refuse(KVC_ERR_UNSUPPORTED, "RoPE on a range of the head dims (rope_dims %u) is not supported",
+                      c.rope_dims);
+    return {};
+}
+
 // create(): the config. max_head_dim and max_count (layers, heads) are the engine's declared limits; quantized:
-// the engine stores the quantized dtypes (both engines do).
-inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t max_count, bool quantized = false) {
+// the engine stores the quantized dtypes (both engines do); windows: see check_window_config.
+inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t max_count, bool quantized = false,
+                            bool windows = false) {
     if (c.struct_size < sizeof(kvc_config))
         return refuse(KVC_ERR_INVALID_ARGUMENT, "config.struct_size %u is smaller than kvc_config of ABI 1.0 (%zu)",
                       c.struct_size, sizeof(kvc_config));
@@ -104,7 +135,7 @@ inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t
         return refuse(KVC_ERR_UNSUPPORTED, "head_dim %u exceeds max_head_dim %u", c.head_dim, max_head_dim);
     if (c.n_layers > max_count || c.n_q_heads > max_count || c.n_kv_heads > max_count)
         return refuse(KVC_ERR_UNSUPPORTED, "more layers or heads than the declared limits (%u)", max_count);
-    return {};
+    return check_window_config(c, windows);
 }
 
 // An fp8 cache's scales as both engines keep them: one per (layer, KV head) whatever the mode (1 under

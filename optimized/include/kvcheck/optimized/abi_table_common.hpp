@@ -5,6 +5,8 @@
 //   static constexpr uint32_t kMemorySpace, kMaxHeadDim;  what its caps say beyond the common ones
 //   static constexpr bool kQuantized;                     it stores the quantized dtypes (ABI 1.2) and has
 //                                                         Engine::read_kv_scales; false: the table's slot is NULL
+//   static constexpr bool kWindows;                       OPTIONAL, false when absent: it implements sliding
+//                                                         windows, sinks and eviction (ABI 1.2; caps declare them)
 //   static constexpr const char* kCreateFailed;           last_error(NULL) after create threw
 //   template <class F> static kvc_status guard(Engine&, F&& call);   runs one operation (catches what it may throw)
 //   static kvc_status append_attend(Engine&, seq, layer, n_new, q, k, v, out);
@@ -20,12 +22,19 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 // The opaque handle of the ABI. Each engine's handle derives from it (AbiTable<Ops>::Handle) and keeps its engine
 // there: the one definition both engines see.
 struct kvc_cache {};
 
 namespace kvc::opt {
+
+// Ops::kWindows, or false where an engine's Ops does not say.
+template <class Ops, class = void>
+struct OpsWindows : std::false_type {};
+template <class Ops>
+struct OpsWindows<Ops, std::void_t<decltype(Ops::kWindows)>> : std::bool_constant<Ops::kWindows> {};
 
 template <class Ops>
 class AbiTable {
@@ -124,6 +133,11 @@ private:
         c.rope_variants = (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ);
         c.features = KVC_FEATURE_GQA | KVC_FEATURE_PAGED | KVC_FEATURE_FORK | KVC_FEATURE_RELEASE |
                      KVC_FEATURE_BATCH | KVC_FEATURE_CHUNKED;
+        if constexpr (OpsWindows<Ops>::value) { // any window, any number of sinks: max_window, max_sinks 0
+            c.features |= KVC_FEATURE_WINDOW | KVC_FEATURE_SINKS | KVC_FEATURE_EVICT;
+            c.max_window = 0;
+            c.max_sinks = 0;
+        }
         // Both engines: q f32 (rotated in double, rounded once), K/V widened from the cache dtype, scores, exp, sums
         // and the V accumulation in f32, split states merged in f32.
         c.precision = KVC_PRECISION_F32;
