@@ -9,6 +9,13 @@ namespace {
 
 std::size_t bytes_of(const std::vector<float>& x) { return x.size() * sizeof(float); }
 
+// Floats in each of a config's k_scales and v_scales (abi.h, kvc_scale_mode).
+std::size_t scale_count(const kvc_config& c) {
+    if (c.kv_scale_mode == KVC_SCALE_TENSOR) return c.n_layers;
+    if (c.kv_scale_mode == KVC_SCALE_KV_HEAD) return static_cast<std::size_t>(c.n_layers) * c.n_kv_heads;
+    return 0;
+}
+
 } // namespace
 
 CallDriver::CallDriver(const kvc_plugin_api* api, const CheckScope& scope, MemoryWatch& watch)
@@ -17,7 +24,10 @@ CallDriver::CallDriver(const kvc_plugin_api* api, const CheckScope& scope, Memor
 template <typename F>
 void CallDriver::measured(const char* name, F&& call) {
     const MemoryWatch::Reading before = watch_.reading(name, "before");
-    call();
+    {
+        const LentCall naming(name);
+        call();
+    }
     if (!watch_.active()) return;
     const MemoryWatch::Reading grown = watch_.reading(name, "after") - before;
     watch_.judge(grown, memory());
@@ -46,18 +56,32 @@ void CallDriver::check_status(kvc_status s, const char* call) const {
 
 void CallDriver::bury(std::initializer_list<Lent*> lent) {
     for (Lent* l : lent) {
-        l->poison();
+        l->retire();
         graveyard_.push_back(std::move(*l));
     }
 }
 
-void CallDriver::create(const kvc_config& abi) {
+void CallDriver::create(const kvc_config& harness) {
     const kvc_plugin_api* api = cache_.api;
+    // The implementation gets copies of the config and of the arrays it points to, never the harness's own: what it
+    // does to them cannot change what the case is graded against, and a write into them is seen.
+    const std::size_t scales = scale_count(harness);
+    Lent k_scales("k_scales", harness.k_scales ? scales * sizeof(float) : 0, harness.k_scales),
+        v_scales("v_scales", harness.v_scales ? scales * sizeof(float) : 0, harness.v_scales),
+        windows("windows", harness.windows ? harness.n_layers * sizeof(uint32_t) : 0, harness.windows);
+    kvc_config abi = harness;
+    if (abi.k_scales != nullptr) abi.k_scales = k_scales.as<const float>();
+    if (abi.v_scales != nullptr) abi.v_scales = v_scales.as<const float>();
+    if (abi.windows != nullptr) abi.windows = windows.as<const uint32_t>();
     Lent config("kvc_config", sizeof abi, &abi), handle("create's out (kvc_cache*)", sizeof(kvc_cache*));
     kvc_cache* raw = nullptr;
     measured("create", [&] {
         const kvc_status s = api->create(config.as<const kvc_config>(), handle.as<kvc_cache*>());
-        check_lent("create", {{&config, &abi}, {&handle, nullptr}});
+        check_lent("create", {{&config, &abi},
+                              {&handle, nullptr},
+                              {&k_scales, harness.k_scales},
+                              {&v_scales, harness.v_scales},
+                              {&windows, harness.windows}});
         std::memcpy(&raw, handle.data(), sizeof raw);
         if (s != KVC_OK || raw == nullptr) {
             const char* msg = api->last_error(nullptr);
@@ -67,12 +91,14 @@ void CallDriver::create(const kvc_config& abi) {
         }
         cache_.handle = raw;
     });
+    bury({&k_scales, &v_scales, &windows}); // an implementation that kept a pointer instead of a copy reads NaN
 }
 
 kvc_memory CallDriver::memory() {
     kvc_memory init{};
     init.struct_size = sizeof init;
     Lent m("kvc_memory", sizeof init, &init);
+    const LentCall naming("memory");
     const kvc_status s = cache_.api->memory(cache_.handle, m.as<kvc_memory>());
     check_lent("memory", {{&m, nullptr}});
     check_status(s, "memory");

@@ -26,7 +26,8 @@ public:
     CallDriver(const CallDriver&) = delete;
     CallDriver& operator=(const CallDriver&) = delete;
 
-    // Creates the cache; throws AbiError when create fails or returns no handle.
+    // Creates the cache from copies of `config` and of the arrays it points to (scales, windows), so nothing the
+    // implementation does to them reaches the harness's own; throws AbiError when create fails or returns no handle.
     void create(const kvc_config& config);
 
     // One sequence's n_new tokens: q [n][Hq*d], k, v [n][Hkv*d]; returns out [n][Hq*d].

@@ -1,11 +1,19 @@
-// A buffer the harness lends to one plugin call, between two guard zones of a known pattern. After the call the
-// call driver (call_driver.hpp) asks what the implementation did outside what it was lent: bytes written before or
-// past the buffer, or into an input it was handed as const. Without guards a stray write lands in the harness's own
-// heap or stack: a few bytes past `out` go unseen in most cases, and a plugin built against a larger `kvc_memory`
-// corrupts the caller.
+// A buffer the harness lends to one plugin call, at either level (the operation level's call driver, the model
+// level's Model), between guard zones. After the call the caller asks what the implementation did outside what it
+// was lent: bytes written before or past the buffer, or into an input it was handed as const. Without guards a stray
+// write lands in the harness's own heap or stack: a few bytes past `out` go unseen in most cases and crash others,
+// and a plugin built against a larger struct corrupts the caller.
 //
-// Cheap by design: it runs around every call. The payload is a copy of what the harness would have lent (inputs)
-// or NaN-filled (outputs); checking costs two comparisons of kGuardBytes and, for inputs, one of the payload.
+// Each side of the payload has two guards. Next to it, kGuardBytes (or more) of a known pattern, checked after the
+// call: a near stray write (one element before, a few hundred bytes past) is a FAIL naming the buffer and the byte
+// count. Beyond the pattern, pages mapped PROT_NONE, at least as large as the buffer itself (so at least one of its
+// rows) up to kMaxProtectedBytes: a far stray write faults at once, and the process dies of SIGSEGV as it would
+// have, but first a handler tells which buffer was overrun and by how much (report_guard_faults_to), so that the
+// CRASH verdict names it. A write that starts in the pattern and runs on (a whole extra row, memset past the end)
+// reaches the protected pages too: it is caught either way.
+//
+// Cheap enough to run around every call: one mapping per buffer, the payload a copy of what the harness would have
+// lent (inputs) or NaN-filled (outputs); checking compares the pattern zones and, for inputs, the payload.
 #pragma once
 
 #include <cstddef>
@@ -15,41 +23,69 @@
 
 namespace kvc::prop {
 
-// Bytes of pattern before and after every lent buffer. A multiple of 64, so the payload keeps a cache line's
-// alignment; large enough to hold a whole kvc_memory or kvc_caps written by a plugin built against a much larger
-// struct, so that the scribble lands in the guard (and is reported) rather than in the harness's heap.
-constexpr std::size_t kGuardBytes = 256;
+// Bytes of pattern before and after every lent buffer: at least a page and at least what a plugin built against a
+// much larger kvc_memory, kvc_caps or kvcm_caps could write, so that such a scribble lands in a guard (and is
+// reported) rather than in the harness's memory. A multiple of 64, so the payload keeps a cache line's alignment.
+constexpr std::size_t kGuardBytes = 4096;
+// The protected pages beyond each pattern zone span the buffer's own size (at least a page), at most this much.
+constexpr std::size_t kMaxProtectedBytes = std::size_t{1} << 20;
 
 class Lent {
 public:
     // `name` is what messages call the buffer ("out", "k_out", "kvc_memory"). With `input` the payload is a copy of
     // it and must be unchanged after the call; without, it is filled with quiet NaN bytes (0x7fc00000 per float).
+    // Throws std::bad_alloc when the mapping cannot be made.
     Lent(std::string name, std::size_t bytes, const void* input = nullptr);
     Lent(Lent&&) noexcept = default;
     Lent& operator=(Lent&&) noexcept = default;
 
-    void* data() { return base_.get() + kGuardBytes; }
-    const void* data() const { return base_.get() + kGuardBytes; }
+    void* data();
+    const void* data() const;
     template <typename T> T* as() { return static_cast<T*>(data()); }
     std::size_t size() const { return bytes_; }
     const std::string& name() const { return name_; }
 
     // Empty when the call stayed inside the buffer; otherwise what it did, in words naming the buffer and the call:
     // "wrote 4 bytes past `out` in append_attend". The extent is the farthest changed guard byte from the buffer
-    // ("at least" when the whole guard changed); *bytes gets it (for an input written into: the first changed byte).
-    // `input` (when given) is what the payload must still equal.
+    // ("at least" when the whole pattern zone changed); *bytes gets it (for an input written into: the first changed
+    // byte). `input` (when given) is what the payload must still equal.
     std::string violation(const char* call, const void* input, std::size_t* bytes) const;
 
     // Fills the payload with quiet NaN floats (the guards stay): the poison of NO-Q part (3).
     void poison();
+    // Poisons the payload and gives the protected pages back: a buffer kept alive after its call (so that a pointer
+    // the implementation kept reads NaN) costs its payload and pattern pages only.
+    void retire();
 
 private:
-    struct Free {
-        void operator()(uint8_t* p) const;
+    struct Region;
+    struct Unmap {
+        void operator()(Region* r) const;
     };
     std::string name_;
     std::size_t bytes_ = 0;
-    std::unique_ptr<uint8_t, Free> base_;
+    std::unique_ptr<Region, Unmap> region_;
 };
+
+// Names the call under way while it lives, for the message of a fault in a protected guard. `call` must outlive it
+// (a string literal).
+class LentCall {
+public:
+    explicit LentCall(const char* call);
+    ~LentCall();
+    LentCall(const LentCall&) = delete;
+    LentCall& operator=(const LentCall&) = delete;
+
+private:
+    const char* previous_;
+};
+
+// Where the SIGSEGV handler of the protected guards writes, before the process dies of the fault: one line
+// "G <what>\n", <what> as violation() words it ("wrote at byte 8192 past `out` ... in append_attend"). The case
+// process passes its result descriptor; -1 (the default) writes "kvcheck: <what>\n" to stderr instead.
+void report_guard_faults_to(int fd);
+
+// The line's tag on a result descriptor.
+constexpr char kGuardFaultTag = 'G';
 
 } // namespace kvc::prop

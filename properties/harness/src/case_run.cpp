@@ -6,7 +6,10 @@
 #include "kvcheck/harness/verdicts.hpp"
 #include "kvcheck/model/model_case.hpp"
 
+#include "lent.hpp"
+
 #include <algorithm>
+#include <csignal>
 #include <optional>
 #include <sstream>
 
@@ -17,11 +20,13 @@ using prop::Verdict;
 namespace {
 
 // What the case process wrote to its result pipe: the last provisional ("P", a FAIL before shrinking) and final ("F")
-// results, operator new's "M" marker (an allocation the memory limit refused), and the last thing that was not the
+// results, operator new's "M" marker (an allocation the memory limit refused), the lent buffers' fault handler's "G"
+// line (an access into a protected guard, just before the process dies of it), and the last thing that was not the
 // protocol, if any.
 struct PipeContents {
     std::optional<prop::CaseResult> provisional, final_result;
     bool allocation_refused = false;
+    std::string guard_fault;
     std::string unreadable;
 };
 
@@ -31,6 +36,10 @@ PipeContents read_pipe(const std::string& bytes) {
     for (std::string line; std::getline(lines, line);) {
         if (line == "M") {
             pipe.allocation_refused = true;
+            continue;
+        }
+        if (line.size() > 2 && line[0] == prop::kGuardFaultTag && line[1] == ' ') {
+            pipe.guard_fault = line.substr(2);
             continue;
         }
         if (line.size() < 2 || (line[0] != 'P' && line[0] != 'F') || line[1] != ' ') {
@@ -54,6 +63,9 @@ prop::CaseResult result_of(const ChildRun& run, const PipeContents& pipe, const 
     const auto make_case = [&] { return the_case ? the_case() : prop::Case{}; };
     std::string ending; // how the child ended, in words, when it did not end normally
     if (run.end != ChildRun::End::Exited || run.code != 0) ending = "the case process " + ending_text(run, timeout_s);
+    if (!pipe.guard_fault.empty())
+        ending += ": " + pipe.guard_fault + ": an implementation may reach only the buffers it is lent, within their "
+                                            "size";
     if (run.end == ChildRun::End::Exited && run.code != 0 && run.code != kBodyThrew && run.code != kExecFailed)
         ending = "the implementation ended the process (exit status " + std::to_string(run.code) +
                  ") before the case finished";
@@ -122,7 +134,13 @@ void apply_memory_limit(prop::CaseResult& r, bool allocation_refused, uint64_t m
 prop::CaseResult interpret(const ChildRun& run, const prop::CaseResult& fresh,
                            const std::function<prop::Case()>& the_case, double timeout_s, uint64_t memory_limit,
                            bool memory_limit_asked) {
-    const PipeContents pipe = read_pipe(run.result);
+    PipeContents pipe = read_pipe(run.result);
+    // The fault handler speaks only as the process dies of the fault: a "G" line from a process that did not is not
+    // kvcheck's, and is treated as any other line that is not the protocol.
+    if (!pipe.guard_fault.empty() && !(run.end == ChildRun::End::Signaled && run.code == SIGSEGV)) {
+        pipe.guard_fault.clear();
+        pipe.unreadable = "unexpected line from the case process";
+    }
     prop::CaseResult r = result_of(run, pipe, fresh, the_case, timeout_s);
     apply_memory_limit(r, pipe.allocation_refused, memory_limit, memory_limit_asked);
     r.reason = printable(r.reason, true);

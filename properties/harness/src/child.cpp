@@ -9,6 +9,8 @@
 #include "kvcheck/properties/device_watch.hpp"
 #include "kvcheck/properties/runner.hpp"
 
+#include "lent.hpp"
+
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -109,7 +111,7 @@ void probe(const nlohmann::json& req, int fd) {
         } catch (const model::TargetError& e) {
             answer = {{"error", req.at("plugin").get<std::string>() + ": the model-level table (" KVCM_ENTRY_SYMBOL
                                     ") cannot be used: " + e.what()},
-                      {"misbehaved", false}};
+                      {"misbehaved", dynamic_cast<const model::TargetMisbehaved*>(&e) != nullptr}};
             write_all(fd, "L " + dump_json(answer) + "\n");
             return;
         }
@@ -211,6 +213,7 @@ bool bytes_from_hex(const std::string& s, void* p, std::size_t n) {
 
 void run_request(const nlohmann::json& req, int fd) {
     g_marker_fd = fd;
+    prop::report_guard_faults_to(fd); // a fault in a lent buffer's protected guard names the buffer before death
     // The CUDA runtime the device-memory watch reads, as kvcheck resolved it before any plugin code ran: pinned
     // (dlopen()ed) here, before the implementation is loaded, so that nothing the plugin does to the environment
     // changes it. A fork()ed case process inherited the pin already.

@@ -10,7 +10,10 @@
 #include "kvcheck/properties/device_watch.hpp"
 #include "kvcheck/properties/sanitizers.hpp"
 
+#include "lent.hpp"
+
 #include <cctype>
+#include <csignal>
 #include <regex>
 #include <sstream>
 
@@ -38,6 +41,7 @@ Subject probe(Subject s, const IsolationOptions& o) {
     const ChildRun run = run_isolated(s, request_for(s, "probe"), o.timeout);
     const std::string& origin = s.target.origin;
     std::optional<nlohmann::json> answer;
+    std::string guard_fault; // the lent buffers' fault handler, as get_caps overran the struct it was lent
     bool stray = false;
     std::istringstream lines(run.result);
     for (std::string line; std::getline(lines, line);) {
@@ -48,16 +52,22 @@ Subject probe(Subject s, const IsolationOptions& o) {
                 answer = nlohmann::json(nlohmann::json::value_t::discarded);
             }
         }
+        else if (line.rfind(std::string(1, prop::kGuardFaultTag) + " ", 0) == 0) guard_fault = line.substr(2);
         else if (line != "M") stray = true;
     }
     if (run.end == ChildRun::End::Exited && run.code == kExecFailed)
         throw std::runtime_error("could not execute kvcheck again for exec isolation (/proc/self/exe)");
     std::string problem;
-    if (run.end != ChildRun::End::Exited || run.code != 0)
+    if (run.end != ChildRun::End::Exited || run.code != 0) {
         problem = "the loading process " + ending_text(run, o.timeout);
-    else if (stray || (answer && (answer->is_discarded() || !answer->is_object())))
+        if (!guard_fault.empty() && run.end == ChildRun::End::Signaled && run.code == SIGSEGV)
+            problem += ": " + guard_fault;
+    } else if (stray || !guard_fault.empty() || (answer && (answer->is_discarded() || !answer->is_object()))) {
+        // (the fault handler speaks only as the process dies of the fault: a "G" line is not kvcheck's otherwise)
         problem = "something other than kvcheck wrote to the loading process's result descriptor";
-    else if (!answer) problem = "the implementation ended the loading process (exit status 0) before it had loaded";
+    } else if (!answer) {
+        problem = "the implementation ended the loading process (exit status 0) before it had loaded";
+    }
     if (problem.empty() && answer->contains("error")) {
         std::string error = printable(answer->at("error").get<std::string>());
         if (!answer->value("misbehaved", false)) throw BadInput(error);

@@ -409,6 +409,11 @@ PropertyResult run_model_property(const ModelTarget& target, const std::string& 
             r.case_seed = case_seed;
             r.message = c.describe() + "\n" + e.what() + replay;
             return r;
+        } catch (const LentViolation& e) { // a write outside a lent buffer: the property that made the call fails
+            r.verdict = Verdict::Fail;
+            r.case_seed = case_seed;
+            r.message = c.describe() + "\n" + id + ": " + e.what() + replay;
+            return r;
         } catch (const Unsupported& e) {
             r.verdict = Verdict::NotSupported;
             r.message = e.what();

@@ -1,14 +1,34 @@
 #include "kvcheck/model/model_target.hpp"
 
+#include "lent.hpp" // properties/src: the operation level's lent buffers, one facility for both levels
+
 #include <dlfcn.h>
 
-#include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <limits>
+#include <initializer_list>
 
 namespace kvc::model {
 namespace {
+
+using prop::Lent;
+using prop::LentCall;
+
+struct Lending {
+    const Lent* buffer;
+    const void* input; // what the payload must still equal (const inputs); nullptr for outputs
+};
+
+// Throws LentViolation when the call did anything outside what it was lent.
+void check_lent(const char* call, std::initializer_list<Lending> lent) {
+    for (const Lending& l : lent) {
+        std::size_t bytes = 0;
+        const std::string what = l.buffer->violation(call, l.input, &bytes);
+        if (!what.empty())
+            throw LentViolation(what + ": an implementation may write only into the output buffers it is lent, "
+                                       "within their size");
+    }
+}
 
 // The members ABI 1.0 requires, and the feature each optional one is declared by.
 bool has_member(const kvcm_model_api* api, size_t offset, size_t size, const void* value) {
@@ -39,8 +59,17 @@ ModelTarget ModelTarget::checked(const kvcm_model_api* api, std::shared_ptr<void
     t.api_ = api;
     t.handle_ = std::move(handle);
     t.name_ = name;
-    t.caps_.struct_size = sizeof t.caps_;
-    api->get_caps(&t.caps_);
+    kvcm_caps init{};
+    init.struct_size = sizeof init;
+    Lent caps("kvcm_caps", sizeof init, &init);
+    {
+        const LentCall naming("get_caps");
+        api->get_caps(caps.as<kvcm_caps>());
+    }
+    std::size_t scribbled = 0;
+    if (const std::string what = caps.violation("get_caps", nullptr, &scribbled); !what.empty())
+        throw TargetMisbehaved("model table \"" + name + "\": " + what);
+    std::memcpy(&t.caps_, caps.data(), sizeof t.caps_);
     if (t.caps_.struct_size < sizeof(kvcm_caps))
         throw TargetError("model table \"" + name + "\": get_caps filled a struct_size below ABI 1.0");
     const struct {
@@ -97,20 +126,44 @@ bool ModelTarget::library_exports_model_entry(const std::string& path) {
 Model::Model(const ModelTarget& target, const kvcm_model_desc& desc, uint32_t format, const std::string& weights,
              const std::string& path)
     : target_(target), desc_(desc) {
+    const bool in_memory = path.empty();
+    Lent d("kvcm_model_desc", sizeof desc_, &desc_);
+    Lent bytes("weights", in_memory ? weights.size() : 0, in_memory ? weights.data() : nullptr);
+    Lent file("weights path", in_memory ? 0 : path.size() + 1, in_memory ? nullptr : path.c_str());
     kvcm_weights w{};
     w.struct_size = sizeof w;
     w.format = format;
-    if (path.empty()) {
-        w.data = weights.data();
+    if (in_memory) {
+        w.data = bytes.data();
         w.size = weights.size();
     } else {
-        w.path = path.c_str();
+        w.path = file.as<const char>();
     }
-    const kvc_status s = target_.api()->create(&desc_, &w, &model_);
-    if (s != KVC_OK || model_ == nullptr) {
+    Lent lw("kvcm_weights", sizeof w, &w);
+    kvcm_model* const none = nullptr;
+    Lent out("create's out (kvcm_model*)", sizeof none, &none);
+    kvc_status s;
+    {
+        const LentCall naming("create");
+        s = target_.api()->create(d.as<const kvcm_model_desc>(), lw.as<const kvcm_weights>(), out.as<kvcm_model*>());
+    }
+    kvcm_model* made = nullptr;
+    std::memcpy(&made, out.data(), sizeof made);
+    try {
+        check_lent("create", {{&d, &desc_},
+                              {&lw, &w},
+                              {&bytes, in_memory ? weights.data() : nullptr},
+                              {&file, in_memory ? nullptr : path.c_str()},
+                              {&out, nullptr}});
+    } catch (const LentViolation&) {
+        if (s == KVC_OK && made != nullptr) target_.api()->destroy(made);
+        throw;
+    }
+    if (s != KVC_OK || made == nullptr) {
         const char* m = target_.api()->last_error(nullptr);
         throw CallError(s == KVC_OK ? KVC_ERR_INTERNAL : s, std::string("create: ") + (m ? m : "(no message)"));
     }
+    model_ = made;
 }
 
 Model::~Model() {
@@ -124,25 +177,47 @@ void Model::fail(kvc_status s, const std::string& call) {
 
 std::vector<float> Model::forward(uint32_t seq, const std::vector<int>& tokens) {
     const size_t rows = target_.has(KVCM_FEATURE_ALL_LOGITS) ? tokens.size() : 1;
-    std::vector<float> logits(rows * desc_.vocab_size, std::numeric_limits<float>::quiet_NaN());
+    const size_t count = rows * desc_.vocab_size;
     const std::vector<int32_t> t(tokens.begin(), tokens.end());
-    const kvc_status s = target_.api()->forward(model_, seq, static_cast<uint32_t>(t.size()), t.data(), logits.data());
+    Lent in("tokens", t.size() * sizeof(int32_t), t.data()), out("logits_out", count * sizeof(float));
+    kvc_status s;
+    {
+        const LentCall naming("forward");
+        s = target_.api()->forward(model_, seq, static_cast<uint32_t>(t.size()), in.as<const int32_t>(),
+                                   out.as<float>());
+    }
+    check_lent("forward", {{&in, t.data()}, {&out, nullptr}});
     if (s != KVC_OK) fail(s, "forward(seq " + std::to_string(seq) + ", " + std::to_string(t.size()) + " tokens)");
-    return logits;
+    const float* logits = out.as<const float>();
+    return std::vector<float>(logits, logits + count);
 }
 
 void Model::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, std::vector<float>& k,
                     std::vector<float>& v) {
     const size_t count = static_cast<size_t>(n) * desc_.n_kv_heads * desc_.head_dim;
-    k.assign(count, std::numeric_limits<float>::quiet_NaN());
-    v.assign(count, std::numeric_limits<float>::quiet_NaN());
-    const kvc_status s = target_.api()->read_kv(model_, seq, layer, pos, n, k.data(), v.data());
+    Lent ko("k_out", count * sizeof(float)), vo("v_out", count * sizeof(float));
+    kvc_status s;
+    {
+        const LentCall naming("read_kv");
+        s = target_.api()->read_kv(model_, seq, layer, pos, n, ko.data(), vo.data());
+    }
+    check_lent("read_kv", {{&ko, nullptr}, {&vo, nullptr}});
     if (s != KVC_OK) fail(s, "read_kv(seq " + std::to_string(seq) + ", layer " + std::to_string(layer) + ")");
+    k.assign(ko.as<const float>(), ko.as<const float>() + count);
+    v.assign(vo.as<const float>(), vo.as<const float>() + count);
 }
 
 kvc_status Model::try_read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n) {
-    std::vector<float> k(static_cast<size_t>(n + 1) * desc_.n_kv_heads * desc_.head_dim), v(k.size());
-    return target_.api()->read_kv(model_, seq, layer, pos, n, k.data(), v.data());
+    // room for one row more than asked: a call expected to be refused gets nowhere to scribble on but the guards
+    const size_t bytes = static_cast<size_t>(n + 1) * desc_.n_kv_heads * desc_.head_dim * sizeof(float);
+    Lent ko("k_out", bytes), vo("v_out", bytes);
+    kvc_status s;
+    {
+        const LentCall naming("read_kv");
+        s = target_.api()->read_kv(model_, seq, layer, pos, n, ko.data(), vo.data());
+    }
+    check_lent("read_kv", {{&ko, nullptr}, {&vo, nullptr}});
+    return s;
 }
 
 void Model::fork(uint32_t parent, uint32_t child) {
@@ -158,17 +233,33 @@ void Model::release(uint32_t seq) {
 kvc_status Model::try_release(uint32_t seq) { return target_.api()->release(model_, seq); }
 
 kvcm_memory Model::memory() {
-    kvcm_memory m{};
-    m.struct_size = sizeof m;
-    const kvc_status s = target_.api()->memory(model_, &m);
+    kvcm_memory init{};
+    init.struct_size = sizeof init;
+    Lent m("kvcm_memory", sizeof init, &init);
+    kvc_status s;
+    {
+        const LentCall naming("memory");
+        s = target_.api()->memory(model_, m.as<kvcm_memory>());
+    }
+    check_lent("memory", {{&m, nullptr}});
     if (s != KVC_OK) fail(s, "memory");
-    return m;
+    kvcm_memory got;
+    std::memcpy(&got, m.data(), sizeof got);
+    return got;
 }
 
 uint64_t Model::kv_projections() {
-    uint64_t n = 0;
-    const kvc_status s = target_.api()->kv_projections(model_, &n);
+    const uint64_t zero = 0;
+    Lent out("kv_projections' out", sizeof zero, &zero);
+    kvc_status s;
+    {
+        const LentCall naming("kv_projections");
+        s = target_.api()->kv_projections(model_, out.as<uint64_t>());
+    }
+    check_lent("kv_projections", {{&out, nullptr}});
     if (s != KVC_OK) fail(s, "kv_projections");
+    uint64_t n = 0;
+    std::memcpy(&n, out.data(), sizeof n);
     return n;
 }
 

@@ -20,6 +20,20 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// The implementation misbehaved while being loaded (get_caps wrote outside the kvcm_caps it was lent): exit code 4,
+// as the operation level's PluginMisbehaved.
+class TargetMisbehaved : public TargetError {
+public:
+    using TargetError::TargetError;
+};
+
+// A call wrote outside a buffer it was lent, or into a const input (lent.hpp words it): a FAIL of the property that
+// made the call, whatever the call returned.
+class LentViolation : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 // A call returned something other than KVC_OK.
 class CallError : public std::runtime_error {
 public:
@@ -53,8 +67,10 @@ private:
     std::shared_ptr<void> handle_; // keeps a dlopen'ed library loaded while any copy lives
 };
 
-// One created model. Buffers handed to the engine are harness-owned and filled with NaN before each call, so a row
-// the engine does not write shows as NaN.
+// One created model. Every buffer handed to the engine is lent (properties/src/lent.hpp): a copy between guard zones
+// checked when the call returns, outputs filled with NaN before it, so a row the engine does not write shows as NaN.
+// The engine never gets the harness's own description or weights, only copies: whatever it does to them, the
+// harness sizes its buffers and grades by its own.
 class Model {
 public:
     // weights: the bytes of a file in the given format; passed as an in-memory view, or, with path non-empty, as
