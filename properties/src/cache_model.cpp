@@ -114,10 +114,39 @@ float input_value(uint64_t seed, uint32_t op, uint32_t seq, uint32_t layer, uint
     return static_cast<float>(s);
 }
 
+namespace {
+
+// The large-score regime (CaseConfig::score_scale). Every key gets `bias` added to its last element (in the
+// lowest-frequency RoPE pair of both layouts, so that rotation turns the shared component slowest), and each query
+// head row becomes gain * (x + sign * bias * e_last), its sign -1, 0 or +1 drawn per row: q.k then has mean
+// sign * bias^2 and variance d + 2 bias^2, and bias^2 = 16 sqrt(d) puts that mean 3 to 9 standard deviations away
+// from 0. gain makes scale * gain * bias^2 = score_scale: rows of sign -1 have all scores near -score_scale (a
+// naive exp(s) underflows to 0/0), rows of +1 all near +score_scale (exp(s) overflows), rows of 0 spread with a
+// standard deviation of score_scale/3 to score_scale/9, each dominated by its largest score. Keys stay below 20 in magnitude (any cache dtype);
+// |q| is kept below 30000 so that a q rounded to f16 stays finite.
+struct LargeScores {
+    float bias = 0;
+    double gain = 1;
+};
+
+LargeScores large_scores(const CaseConfig& cfg) {
+    LargeScores r;
+    const double b2 = 16.0 * std::sqrt(static_cast<double>(cfg.head_dim));
+    r.bias = static_cast<float>(std::sqrt(b2));
+    r.gain = std::min(static_cast<double>(cfg.score_scale) / (static_cast<double>(cfg.scale()) * b2),
+                      30000.0 / (3.0 + r.bias));
+    return r;
+}
+
+} // namespace
+
 AppendInputs append_inputs(const CaseConfig& cfg, uint64_t data_seed, uint32_t op, uint32_t seq, uint32_t layer,
                            uint32_t n_new, uint32_t qstream, bool extreme) {
     const size_t qrow = static_cast<size_t>(cfg.n_q_heads) * cfg.head_dim;
     const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
+    const uint32_t d = cfg.head_dim;
+    const bool large = cfg.score_scale > 0;
+    const LargeScores ls = large ? large_scores(cfg) : LargeScores{};
     AppendInputs in;
     in.q.resize(n_new * qrow);
     in.k.resize(n_new * row);
@@ -125,12 +154,23 @@ AppendInputs append_inputs(const CaseConfig& cfg, uint64_t data_seed, uint32_t o
     for (uint32_t i = 0; i < n_new; ++i) {
         for (size_t x = 0; x < qrow; ++x)
             in.q[i * qrow + x] = input_value(data_seed, op, seq, layer, i, 0, static_cast<uint32_t>(x), qstream);
+        if (large)
+            for (uint32_t h = 0; h < cfg.n_q_heads; ++h) {
+                // the row's sign from a stream of its own (which = 3), so q's ordinary values are the same
+                const float u = input_value(data_seed, op, seq, layer, i, 3, h, qstream);
+                const double sign = u < -0.5f ? -1.0 : u > 0.5f ? 1.0 : 0.0;
+                float* qh = in.q.data() + i * qrow + static_cast<size_t>(h) * d;
+                for (uint32_t x = 0; x < d; ++x)
+                    qh[x] = static_cast<float>(ls.gain * (qh[x] + (x + 1 == d ? sign * ls.bias : 0.0)));
+            }
         for (size_t x = 0; x < row; ++x) {
             in.k[i * row + x] = input_value(data_seed, op, seq, layer, i, 1, static_cast<uint32_t>(x));
             in.v[i * row + x] = input_value(data_seed, op, seq, layer, i, 2, static_cast<uint32_t>(x));
             if (extreme) { // 2^14 with the drawn sign: exact in f16 and bf16, and a rotated pair stays < 65504
                 in.k[i * row + x] = std::copysign(kExtremeValue, in.k[i * row + x]);
                 in.v[i * row + x] = std::copysign(kExtremeValue, in.v[i * row + x]);
+            } else if (large && x % d == d - 1) {
+                in.k[i * row + x] += ls.bias;
             }
         }
     }

@@ -308,6 +308,7 @@ nlohmann::json to_json(const Case& c) {
         config["sinks"] = g.n_sinks;
         config["evict"] = g.evict;
     }
+    if (g.score_scale > 0) config["score_scale"] = g.score_scale; // only in large-score cases, likewise
     return {{"config", config}, {"ops", ops}, {"data_seed", c.data_seed}};
 }
 
@@ -354,6 +355,15 @@ Case case_from_json(const nlohmann::json& j) {
         throw std::invalid_argument("case: RoPE needs an even head_dim and a positive rope_theta");
     quantization_from_json(g, c.cfg);
     windows_from_json(g, c.cfg);
+    if (g.contains("score_scale")) { // optional: absent means ordinary scores
+        if (!g["score_scale"].is_number())
+            throw std::invalid_argument("case: \"score_scale\" must be a number");
+        c.cfg.score_scale = need<float>(g, "score_scale");
+        // a bound keeps the amplified queries and the scores themselves far inside float32
+        if (!(c.cfg.score_scale > 0) || c.cfg.score_scale > 100000)
+            throw std::invalid_argument("case: \"score_scale\" is " + g["score_scale"].dump() +
+                                        ", not a number > 0 and <= 100000 (omit it for ordinary scores)");
+    }
     c.data_seed = need<uint64_t>(j, "data_seed");
     if (!j.contains("ops") || !j["ops"].is_array()) throw std::invalid_argument("case: missing array \"ops\"");
     for (const auto& o : j["ops"]) {
@@ -453,6 +463,7 @@ std::string describe(const Case& c) {
         for (size_t i = 0; i < g.windows.size(); ++i) s << (i ? "," : "") << g.windows[i];
         s << "] sinks=" << g.n_sinks << (g.evict ? " evict" : "");
     }
+    if (g.score_scale > 0) s << " score_scale=" << g.score_scale;
     s << "\n";
     const auto lens = lengths_after_ops(c);
     for (size_t i = 0; i < c.ops.size(); ++i) {

@@ -1,6 +1,7 @@
 #include "generators.hpp"
 
 #include "kvcheck/abi.hpp"
+#include "kvcheck/properties/tolerance.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -146,6 +147,30 @@ void draw_windows(const ConfigSpace& space, CaseConfig& c) {
                                                  .as("sinks"));
     }
     if (has(space.allow.features, KVC_FEATURE_EVICT)) c.evict = *rc::gen::arbitrary<bool>().as("evict");
+}
+
+// Whether the declared pipeline forms the scores in f32: q, RoPE and scores not rounded to 16 bits (an fp8 or q8_0
+// q is rounded by the oracle exactly, and a quantized cache's rows are dequantized to f32 first).
+bool scores_in_f32(const kvc_caps& caps, uint32_t dtype) {
+    const Pipeline p = declared_pipeline(caps);
+    const bool narrow_cache = dtype == KVC_DTYPE_F16 || dtype == KVC_DTYPE_BF16;
+    for (uint32_t r : {p.q, p.rope, p.scores})
+        if (r == KVC_ROUND_F16 || r == KVC_ROUND_BF16 || (r == KVC_ROUND_CACHE && narrow_cache)) return false;
+    return true;
+}
+
+// The large-score regime, in a quarter of the cases where the space allows it: scores of magnitude about S, from
+// 64 to 3000, beyond exp's f32 range (|s| > 88 overflows or underflows) by one to two orders of magnitude. Drawn
+// after everything else, script included, so that a case outside the regime is the case its seed always drew.
+// Not where the scores are formed in 16 bits: a 16-bit score of magnitude 1000 is off by up to 0.5 (bf16: 4), where
+// the tolerance's first-order model of exp no longer holds; an f32 one by 1e-4.
+void draw_large_scores(const ConfigSpace& space, CaseConfig& c) {
+    if (!space.large_scores || !scores_in_f32(space.allow, c.cache_dtype)) return;
+    if (!*rc::gen::weightedElement<bool>({{3, false}, {1, true}}).as("large scores")) return;
+    c.score_scale = static_cast<float>(*rc::gen::weightedOneOf<uint32_t>(
+                                            {{1, rc::gen::elementOf(std::vector<uint32_t>{64, 100, 1000, 3000})},
+                                             {2, rc::gen::inRange<uint32_t>(64, 3001)}})
+                                            .as("score_scale"));
 }
 
 // Lengths a windowed case's appends aim at: the window's edges (W - 1, W, W + 1, 2W +- 1) of some layer and the
@@ -403,6 +428,7 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                                       : 1u;
                        push_append(seq, std::min(n, cap - len[seq]));
                    }
+                   draw_large_scores(cs, c.cfg);
                    return c;
                }
                const uint32_t n_ops = *rc::gen::inRange<uint32_t>(ss.min_ops, ss.max_ops + 1).as("number of ops");
@@ -491,6 +517,7 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                        std::rotate(op.layer_order.begin(), op.layer_order.begin() + rot, op.layer_order.end());
                        if (rev) std::reverse(op.layer_order.begin(), op.layer_order.end());
                    }
+               draw_large_scores(cs, c.cfg);
                return c;
            })
         .as("case");

@@ -20,6 +20,7 @@ struct ConfigSpace {
     bool large_queries = false; // n_q_heads * head_dim large enough that caching Q shows above the heap slack
     bool long_cases = false;    // small heads, max_tokens up to 8k+ (LONG)
     uint32_t max_tokens = 300;  // per sequence (within the declared limit): 256 +- 1 reachable
+    bool large_scores = false;  // some cases in the large-score regime (CaseConfig::score_scale), drawn last
 };
 
 rc::Gen<CaseConfig> config(const ConfigSpace& space);

@@ -167,7 +167,9 @@ std::vector<Property> make_properties() {
                       [](const kvc_caps& a) {
                           ScriptSpace s = script(a);
                           s.n_seqs = 2;
-                          return gens::case_for(space(a), s);
+                          ConfigSpace cs = space(a);
+                          cs.large_scores = true;
+                          return gens::case_for(cs, s);
                       },
                       single_run(ch)});
     }
@@ -328,6 +330,7 @@ std::vector<Property> make_properties() {
                       [](const kvc_caps& a) {
                           ConfigSpace cs = space(a);
                           cs.long_cases = true;
+                          cs.large_scores = true;
                           ScriptSpace s = script(a);
                           s.long_script = true;
                           s.n_seqs = 1;

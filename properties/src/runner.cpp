@@ -62,6 +62,7 @@ rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, in
         if (limits->dtypes & known) allow.dtypes = limits->dtypes & known; // none declared: f32/f16/bf16, refused
         allow.rope_variants = limits->rope_variants & ((1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ));
         allow.pipeline = limits->pipeline; // a q8_0 query (KVC_ROUND_Q8_0) draws head_dim in whole blocks of 32
+        allow.precision = limits->precision; // a 16-bit precision class forms 16-bit scores: no large-score regime
         allow.quant = limits->quant;
         allow.max_layers = limits->max_layers;
         allow.max_q_heads = limits->max_q_heads;

@@ -40,6 +40,12 @@ struct CaseConfig {
     std::vector<uint32_t> windows;
     uint32_t n_sinks = 0;
     bool evict = false;
+    // Large attention scores (docs/conformance.md, EQUIV): 0, or the magnitude S the case's scores are built around
+    // (append_inputs): a row's scores lie near -S, near +S, or spread over a fraction of +-S. Queries are amplified
+    // and every key shares one component, so that some rows are dominated by one huge score, some have all their
+    // scores very negative (exp(s) underflows) and some all very positive (exp(s) overflows): only a softmax that
+    // subtracts its running maximum keeps such rows finite. Not in the ABI config.
+    float score_scale = 0.0f;
 
     uint32_t window(uint32_t layer) const { return windows.empty() ? 0u : windows.at(layer); }
     bool windowed() const; // some layer has a window
