@@ -5,10 +5,12 @@
 #include "doubles.hpp"
 #include "kvcheck/properties/case.hpp"
 #include "kvcheck/properties/oracle.hpp"
+#include "kvcheck/properties/runner.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 
 namespace {
 
@@ -121,6 +123,28 @@ TEST(WindowOracle, EachQuerySeesItsWindowAndTheSinks) {
     const Expected full = expect_outputs(c, q.data(), 3, k, v, 8);
     EXPECT_NEAR(static_cast<double>(full.oracle[2]), 3.5, 1e-15);
     EXPECT_EQ(full.visible, (std::vector<uint32_t>{6, 7, 8}));
+}
+
+// The CPU engine declares windows, sinks and eviction, so the cases drawn for it include them: what its CONFORMANT
+// verdict covers.
+TEST(WindowCases, TheCpuEngineIsGivenWindowedSinkAndEvictingCases) {
+    const auto t = load_implementation("cpu");
+    ASSERT_TRUE(t.caps.features & KVC_FEATURE_WINDOW);
+    RunSettings s;
+    s.seed = kvc::testing::kDoublesSeed;
+    s.cases = 200;
+    int windowed = 0, sinks = 0, evicting = 0;
+    for (int i = 0; i < s.cases; ++i) {
+        const Case c = generate_case(*find_property("EQUIV"), s, i, &t.caps);
+        windowed += c.cfg.windowed();
+        sinks += c.cfg.windowed() && c.cfg.n_sinks > 0;
+        evicting += c.cfg.evict;
+    }
+    std::cout << "EQUIV, 200 cases for the CPU engine: " << windowed << " windowed, " << sinks << " with sinks, "
+              << evicting << " evicting\n";
+    EXPECT_GT(windowed, 40);
+    EXPECT_GT(sinks, 10);
+    EXPECT_GT(evicting, 10);
 }
 
 TEST(WindowDoubles, CorrectWindowedCachesPass) {
