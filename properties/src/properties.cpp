@@ -7,6 +7,7 @@
 #include "kvcheck/properties/device_watch.hpp"
 #include "kvcheck/properties/heap.hpp"
 #include "kvcheck/properties/session.hpp"
+#include "q_store_probe.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -56,7 +57,8 @@ Checks named(const char* id) {
 // NO-Q: (1) the allocator never grows beyond the storage the implementation reports; (2) outputs at a step are
 // bitwise independent of the queries of earlier steps: a second run with different queries at every even op (same
 // K and V) must give bitwise the same outputs at every odd op; (3) the harness poisons every buffer it lent after
-// each call (both runs), so reading a kept pointer shows as a difference or a NaN.
+// each call (both runs), so reading a kept pointer shows as a difference or a NaN; (4) the declared workspace is no
+// store of every query (q_store_probe.hpp).
 Outcome no_q(const Target& t, const Case& c) {
     Checks a = named("NO-Q");
     a.heap = true; // under ASan only the heap-growth half of (1) is skipped (session.cpp): see the note below
@@ -94,7 +96,9 @@ Outcome no_q(const Target& t, const Case& c) {
                             m);
         }
     }
+    const std::string probe = probe_q_store(t, c, first);
     Outcome o = outcome_of(first); // carries not_run when a DEVICE cache's memory could not be watched
+    o.notes.push_back(probe);
     o.headroom = 0;
     o.fails_f32_class = false;
     if (!o.not_run.empty())

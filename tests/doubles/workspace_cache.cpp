@@ -26,6 +26,10 @@
 #define STALE_READER 6   // release keeps the rows; the softmax max also runs over stale tail slots: RELEASE
 #define WS_LAZY 7        // correct; a 4 MiB workspace declared from create, allocated on the first append: passes
 #define WS_LAZY_OVER 8   // the same, but the first append allocates 256 KiB more than it declared: NO-Q
+#define WS_Q_STORE 9     // a store of every query row [layer][seq][max_tokens] made in create, declared as a
+                         // constant workspace, written and never read: NO-Q (the Q-store probe)
+#define WS_BATCH_SCRATCH 10 // correct; scratch for one batched call over every sequence's max_tokens queries and
+                            // scores: grows with the sequences and the tokens, never with the layers: passes NO-Q
 
 namespace {
 
@@ -50,13 +54,17 @@ void get_caps(kvc_caps* out) {
     kvc::dbl::put_caps(out, c, kAbi10 ? offsetof(kvc_caps, head_dim_multiple) : sizeof c);
 }
 
-uint64_t workspace_for() {
+uint64_t workspace_for(const kvc_config& cfg) {
+    const uint64_t q_row = uint64_t{cfg.n_q_heads} * cfg.head_dim * sizeof(float);
     switch (KVC_WS_DOUBLE) {
     case WS_64MIB: return 64ull << 20;
     case WS_256MIB: return 256ull << 20;
     case WS_UNDECLARED: return 215000; // block tables and score buffers
     case WS_LAZY:
     case WS_LAZY_OVER: return 4ull << 20;
+    case WS_Q_STORE: return uint64_t{cfg.n_layers} * cfg.max_seqs * cfg.max_tokens * q_row;
+    case WS_BATCH_SCRATCH:
+        return uint64_t{cfg.max_seqs} * cfg.max_tokens * (q_row + uint64_t{cfg.n_q_heads} * cfg.max_tokens * 4);
     default: return 0;
     }
 }
@@ -68,7 +76,7 @@ kvc_status create(const kvc_config* cfg, kvc_cache** out) {
         return KVC_ERR_UNSUPPORTED;
     }
     Cache* c = kvc::dbl::make<Cache>(*cfg);
-    c->workspace_bytes = workspace_for();
+    c->workspace_bytes = workspace_for(*cfg);
     if (c->workspace_bytes && !kLazy) {
         c->workspace = std::malloc(c->workspace_bytes);
         if (!c->workspace) {
@@ -101,6 +109,11 @@ kvc_status append_attend(kvc_cache* h, uint32_t seq, uint32_t layer, uint32_t n_
     if (KVC_WS_DOUBLE == WS_GROWS) { // the bug: a Q store declared as workspace, growing with the tokens
         c->kept_q.insert(c->kept_q.end(), q, q + static_cast<size_t>(n_new) * Hq * d);
         c->workspace_bytes = c->kept_q.capacity() * sizeof(float);
+    }
+    if (KVC_WS_DOUBLE == WS_Q_STORE) { // the bug: every query row kept, at [layer][seq][position]
+        const size_t row = static_cast<size_t>(Hq) * d;
+        const size_t at = ((static_cast<size_t>(layer) * c->cfg.max_seqs + seq) * c->cfg.max_tokens + before) * row;
+        std::memcpy(static_cast<float*>(c->workspace) + at, q, n_new * row * sizeof(float));
     }
     const float scale = KVC_WS_DOUBLE == FIXED_SCALE ? 1.0f / std::sqrt(static_cast<float>(d)) : c->cfg.scale;
     const uint32_t stored = static_cast<uint32_t>(s.k.size() / (R * E));

@@ -68,9 +68,9 @@ TEST(Doubles, ConstantWorkspacesPassNoQ) {
     EXPECT_GT(passed, 0);
 }
 
-// A declared workspace made on the first append, not in create (an independent review, 2026-12-05, found a correct
-// plugin with a 256 KiB lazy scratch failing NO-Q as "hidden storage"): passes. The credit is what it declared, not
-// more: 256 KiB beyond the declaration is still hidden storage.
+// A declared workspace made on the first append, not in create (a correct plugin with a 256 KiB lazy scratch must not
+// read as "hidden storage"): passes. The credit is what it declared, not more: 256 KiB beyond the declaration is
+// still hidden storage.
 TEST(Doubles, AWorkspaceAllocatedWhenFirstNeededPassesNoQUpToItsDeclaration) {
     if (const char* blind = kvc::prop::heap_watch_blind_reason()) GTEST_SKIP() << blind; // ASan (tools/sanitize.sh)
     int passed = 0;
@@ -91,6 +91,25 @@ TEST(Doubles, AGrowingWorkspaceIsCaughtByNoQ) {
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->failed_property, "NO-Q");
     EXPECT_NE(r->reason.find("workspace changed"), std::string::npos) << r->reason;
+}
+
+// A Q store made in create and declared as a constant workspace: constant, so only the Q-store probe sees it (the
+// workspace grows with the layers and the sequences by a query row per (layer, sequence, token)).
+TEST(Doubles, AQueryStoreDeclaredAsAConstantWorkspaceIsCaughtByNoQ) {
+    expect_caught_only_by("ws_q_store", "NO-Q", {"EQUIV", "CACHE-CONTENT", "APPEND-ONLY", "MEMORY"});
+    const auto r = kvc::testing::first_failure(kvc::testing::load_implementation("double-ws_q_store"), "NO-Q", 20);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_NE(r->reason.find("a store of every query"), std::string::npos) << r->reason;
+}
+
+// Scratch that scales with what one call can be given (a batch of every sequence's tokens) is no store: passes, as
+// do the fixed workspaces above.
+TEST(Doubles, AScratchThatScalesWithOneCallPassesNoQ) {
+    int passed = 0;
+    const auto r = kvc::testing::first_failure(kvc::testing::load_implementation("double-ws_batch_scratch"), "NO-Q",
+                                               40, &passed);
+    EXPECT_FALSE(r.has_value()) << r->reason;
+    EXPECT_GT(passed, 0);
 }
 
 // Scales other than 1/sqrt(d) are drawn: a kernel that ignores config.scale fails EQUIV and nothing unrelated.
