@@ -1,5 +1,8 @@
 #include "call_driver.hpp"
 
+#include "kvcheck/properties/refused_allocation.hpp"
+
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -26,6 +29,7 @@ void CallDriver::measured(const char* name, F&& call) {
     const MemoryWatch::Reading before = watch_.reading(name, "before");
     {
         const LentCall naming(name);
+        errno = 0; // what the call leaves there tells a refused allocation (refused_allocation.hpp)
         call();
     }
     if (!watch_.active()) return;
@@ -50,6 +54,7 @@ void CallDriver::check_lent(const char* call, std::initializer_list<Lending> len
 
 void CallDriver::check_status(kvc_status s, const char* call) const {
     if (s == KVC_OK) return;
+    note_if_refused(s, errno);
     const char* msg = cache_.api->last_error(cache_.handle);
     throw AbiError(s, std::string(call) + " failed (" + status_name(s) + "): " + (msg ? msg : "(no message)"));
 }
@@ -84,6 +89,7 @@ void CallDriver::create(const kvc_config& harness) {
                               {&windows, harness.windows}});
         std::memcpy(&raw, handle.data(), sizeof raw);
         if (s != KVC_OK || raw == nullptr) {
+            note_if_refused(s, errno);
             const char* msg = api->last_error(nullptr);
             const kvc_status st = s == KVC_OK ? KVC_ERR_INTERNAL : s; // OK with no handle is a broken promise
             throw AbiError(st, std::string("create failed (") + status_name(st) + (s == KVC_OK ? ", no handle" : "") +
@@ -99,6 +105,7 @@ kvc_memory CallDriver::memory() {
     init.struct_size = sizeof init;
     Lent m("kvc_memory", sizeof init, &init);
     const LentCall naming("memory");
+    errno = 0;
     const kvc_status s = cache_.api->memory(cache_.handle, m.as<kvc_memory>());
     check_lent("memory", {{&m, nullptr}});
     check_status(s, "memory");

@@ -147,9 +147,10 @@ TEST_F(Cli, CorrectPluginIsConformant) {
     EXPECT_EQ(r.rc, 0) << r.all();
     EXPECT_NE(r.out.find("seed 20261129"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("overall: CONFORMANT"), std::string::npos) << r.out;
-    // table rows: property, PASS, then FAIL 0 ... and result ok
+    // table rows: property, PASS, then FAIL 0 ..., the worst headroom ("-" or "0.123 (ID/N)") and result ok
     for (const char* id : {"EQUIV", "CACHE-CONTENT", "APPEND-ONLY", "NO-Q", "MEMORY", "GQA"})
-        EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string("\n") + id + " +[1-9][0-9]* +0 +[0-9]+ +[0-9]+ +0 +0 +0 +ok\n")))
+        EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string("\n") + id + " +[1-9][0-9]* +0 +[0-9]+ +[0-9]+ +0 +0 +0 +"
+                                                        "(-|[0-9.]+ \\([^)]+\\)) +ok\n")))
             << id << "\n" << r.out;
     const nlohmann::json rep = json_file("report.json");
     EXPECT_TRUE(rep.at("conformant").get<bool>());
@@ -390,6 +391,47 @@ TEST_F(Cli, VerdictTableCountColumnsHaveOneFixedWidth) {
             EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(table[row][end - 1])) && table[row][end] == ' ')
                 << "a count ends under its header's last letter\n" << r.out;
         }
+}
+
+// The worst headroom of each property, with the case holding it: a column of the verdict table and the
+// properties' worst_headroom in the JSON report, both agreeing with the cases' own headroom.
+TEST_F(Cli, WorstHeadroomOfEachPropertyIsInTheTableAndTheReport) {
+    const Outcome r = kvcheck("validate --builtin example --filter '^(EQUIV|APPEND-ONLY)/' --cases 6 "
+                              "--report report.json");
+    ASSERT_EQ(r.rc, 0) << r.all();
+    const nlohmann::json rep = json_file("report.json");
+    const auto& impl = rep.at("implementations").at(0);
+    const std::string table = r.out.substr(r.out.find("\nverdict table"));
+    EXPECT_NE(table.find("worst headroom"), std::string::npos) << table;
+    int graded = 0;
+    for (const auto& p : impl.at("properties")) {
+        const std::string id = p.at("id");
+        ASSERT_TRUE(p.contains("worst_headroom")) << p.dump();
+        double worst = -1;
+        std::string holder;
+        for (const auto& c : impl.at("cases")) {
+            const std::string v = c.at("verdict");
+            if (c.at("property") != id || (v != "PASS" && v != "QUALITY_WARNING")) continue;
+            const double h = c.at("headroom").get<double>();
+            if (h > 0 && h > worst) {
+                worst = h;
+                holder = c.at("id");
+            }
+        }
+        const std::size_t row = table.find("\n" + id + " ");
+        ASSERT_NE(row, std::string::npos) << table;
+        const std::string line = table.substr(row + 1, table.find('\n', row + 1) - row - 1);
+        if (worst < 0) {
+            EXPECT_TRUE(p.at("worst_headroom").is_null()) << p.dump();
+            EXPECT_NE(line.find("  -  "), std::string::npos) << line;
+            continue;
+        }
+        ++graded;
+        EXPECT_DOUBLE_EQ(p.at("worst_headroom").at("value").get<double>(), worst) << p.dump();
+        EXPECT_EQ(p.at("worst_headroom").at("case"), holder) << p.dump();
+        EXPECT_NE(line.find("(" + holder + ")"), std::string::npos) << line;
+    }
+    EXPECT_GE(graded, 1) << "EQUIV grades outputs: some case uses part of its bound\n" << r.out;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

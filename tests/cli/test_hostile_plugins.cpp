@@ -386,6 +386,25 @@ TEST_F(Hostile, TheMemoryLimitMakesAnErrorNamingIt) {
     EXPECT_EQ(unlimited.rc, 0) << unlimited.all();
 }
 
+// An engine reporting OUT_OF_MEMORY on its own (its context is full; tests/cli/doubles/context_full.c), far from the
+// default limit: the reason quotes the engine, and the limit appears only as a note saying it was not the cause.
+TEST_F(Hostile, AnEnginesOwnOutOfMemoryIsQuotedNotBlamedOnTheLimit) {
+    if (const char* why = address_limit_impossible()) GTEST_SKIP() << why;
+    const Outcome r = kvcheck("validate " + double_plugin("context_full") +
+                              " --filter '^EQUIV/0$' --cases 1 --report report.json");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    const nlohmann::json rep = report();
+    ASSERT_FALSE(rep.is_discarded()) << r.all();
+    const auto& c = rep.at("implementations").at(0).at("cases").at(0);
+    EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
+    const std::string reason = c.at("reason").get<std::string>();
+    EXPECT_EQ(reason.find("exceeded its memory limit"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("create failed (OUT_OF_MEMORY): context full: all 4096 blocks are taken"),
+              std::string::npos)
+        << reason;
+    EXPECT_NE(c.at("notes").dump().find("OUT_OF_MEMORY on its own"), std::string::npos) << c.dump();
+}
+
 TEST_F(Hostile, MemoryLimitOptionIsChecked) {
     for (const char* bad : {"10", "-1G", "lots", "64K", "1e3G"}) {
         const Outcome r = kvcheck(std::string("validate --builtin example --cases 1 --memory-limit ") + bad);

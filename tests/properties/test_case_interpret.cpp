@@ -44,10 +44,26 @@ CaseResult read(const ChildRun& run, uint64_t memory_limit = 0, bool asked = fal
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
+// OUT_OF_MEMORY after the case process saw the limit refuse an allocation ("M" before the result, child.cpp).
 TEST(Interpret, ACallRefusedForMemoryUnderALimitIsTheLimitsError) {
-    const CaseResult r = read(ended_with_error("create failed (OUT_OF_MEMORY): no room", true), kGiB, true);
+    ChildRun run = ended_with_error("create failed (OUT_OF_MEMORY): no room", true);
+    run.result = "M\n" + run.result;
+    const CaseResult r = read(run, kGiB, true);
     EXPECT_EQ(r.verdict, Verdict::Error);
     EXPECT_TRUE(starts_with(r.reason, "the case exceeded its memory limit of 1 GiB")) << r.reason;
+    EXPECT_NE(r.reason.find("create failed (OUT_OF_MEMORY): no room"), std::string::npos) << r.reason;
+}
+
+// OUT_OF_MEMORY with no refused allocation (an engine whose context is full): the engine's words are the reason,
+// and the limit is named only to say it was not the cause.
+TEST(Interpret, AnEnginesOwnOutOfMemoryUnderALimitQuotesTheEngine) {
+    const CaseResult r =
+        read(ended_with_error("create failed (OUT_OF_MEMORY): context full", true), 8 * kGiB, false);
+    EXPECT_EQ(r.verdict, Verdict::Error);
+    EXPECT_EQ(r.reason, "create failed (OUT_OF_MEMORY): context full");
+    ASSERT_EQ(r.notes.size(), 1u);
+    EXPECT_NE(r.notes[0].find("OUT_OF_MEMORY on its own"), std::string::npos) << r.notes[0];
+    EXPECT_NE(r.notes[0].find("8 GiB"), std::string::npos) << r.notes[0];
 }
 
 // The flag decides, never the message: an implementation's text can say anything.

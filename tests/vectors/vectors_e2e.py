@@ -429,7 +429,8 @@ def verdict_table(t):
             array[0, 0, :] = (expected[f"step{i}.out"][0, 0, :] + delta).astype(array.dtype)
         out.append((name, dtypes[name], array))
     t.st.write(t.result_path(c), out, meta)
-    text = t.grade(0)
+    report = os.path.join(t.work, "grade.json")
+    text = t.grade(0, "--report", report)
     lines = [l for l in text.splitlines() if l.split()[:1] and l.split()[0].startswith("EQUIV/")]
     expect(any("QUALITY_WARNING" in l for l in lines) and any(" PASS " in l for l in lines), "a warning and a pass")
     at = {l.index(" " + l.split()[1] + " ") + 1 for l in lines}  # where the verdict starts
@@ -439,9 +440,21 @@ def verdict_table(t):
         expect(l[col - 2 : col] == "  " and l[col] != " ", f"the text after the verdict is not at column {col}: {l}")
     header = next(l for l in text.splitlines() if l.split()[:1] == ["property"])
     row = next(l for l in text.splitlines() if l.split()[:1] == ["EQUIV"])
-    expect(len(header) == len(row), "count columns are as wide as their headers")
-    expect(header.split() == ["property", "PASS", "QUALITY_WARNING", "FAIL", "ERROR", "NOT_SUPPORTED"], header)
+    counts_end = header.index("  worst headroom")
+    expect(row[counts_end : counts_end + 2] == "  " and row[counts_end - 1] != " ",
+           f"count columns are as wide as their headers:\n{header}\n{row}")
+    expect(header.split() == ["property", "PASS", "QUALITY_WARNING", "FAIL", "ERROR", "NOT_SUPPORTED", "worst",
+                              "headroom"], header)
     expect(row.split()[2] == "1", f"one QUALITY_WARNING counted: {row}")
+    # the worst headroom of the property is the warned case's (3/4 of its bound), in the table and the report
+    expect(row.split()[-1] == f"({c['id']})" and abs(float(row.split()[-2]) - 0.75) < 0.01,
+           f"the worst headroom is {c['id']}'s: {row}")
+    with open(report) as f:
+        props = json.load(f)["implementations"][0]["properties"]
+    equiv = next(p for p in props if p["id"] == "EQUIV")
+    expect(equiv["worst_headroom"]["case"] == c["id"] and abs(equiv["worst_headroom"]["value"] - 0.75) < 0.01,
+           f"the report's worst headroom: {equiv}")
+    expect(equiv["counts"]["QUALITY_WARNING"] == 1, f"the report's counts: {equiv}")
 
 
 def scale_theta(t):

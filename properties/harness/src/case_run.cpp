@@ -114,15 +114,20 @@ prop::CaseResult result_of(const ChildRun& run, const PipeContents& pipe, const 
     return r;
 }
 
-// The memory limit: a refused allocation seen by the harness (operator new's "M" marker, or bad_alloc), or a call
-// that returned KVC_ERR_OUT_OF_MEMORY, is an ERROR naming the limit, not the implementation's fault as such. By
-// flag, never by searching the reason: an implementation's message text could say anything.
+// The memory limit: an allocation it refused (the "M" marker: kvcheck's operator new, or the implementation's
+// allocator failing with ENOMEM, or the address space reaching the limit; child.cpp) is an ERROR naming the limit,
+// not the implementation's fault as such. A KVC_ERR_OUT_OF_MEMORY without it is the implementation's own word (its
+// blocks or context ran out): its message is the reason, and the limit only a note. By flag, never by searching the
+// reason: an implementation's message text could say anything.
 void apply_memory_limit(prop::CaseResult& r, bool allocation_refused, uint64_t memory_limit, bool memory_limit_asked) {
     if (!memory_limit || conformant(r.verdict)) return;
-    if (allocation_refused || r.out_of_memory) {
+    if (allocation_refused) {
         r.reason = "the case exceeded its memory limit of " + bytes_text(memory_limit) +
                    " (address space; --memory-limit): " + r.reason;
         r.verdict = Verdict::Error;
+    } else if (r.out_of_memory) {
+        r.notes.push_back("the implementation reported OUT_OF_MEMORY on its own: no allocation reached the memory "
+                          "limit of " + bytes_text(memory_limit) + " (--memory-limit), so raising it will not help");
     } else if (r.verdict == Verdict::Crash && memory_limit_asked) {
         r.notes.push_back("a memory limit of " + bytes_text(memory_limit) +
                           " was in force (--memory-limit); an allocation it refused may be the cause");

@@ -7,6 +7,7 @@
 #include "kvcheck/harness/builtins.hpp"
 #include "kvcheck/pipe/proxy.hpp"
 #include "kvcheck/properties/device_watch.hpp"
+#include "kvcheck/properties/refused_allocation.hpp"
 #include "kvcheck/properties/runner.hpp"
 
 #include "lent.hpp"
@@ -26,8 +27,31 @@ namespace {
 
 using prop::Verdict;
 
+uint64_t g_memory_limit = 0; // the request's memory_limit (RLIMIT_AS of this process); 0: none
+
+// The most address space this process held at once (VmPeak), in bytes; 0 when /proc cannot say.
+uint64_t address_space_peak() {
+    FILE* f = std::fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "VmPeak: %llu kB", &kib) == 1) break;
+    std::fclose(f);
+    return static_cast<uint64_t>(kib) * 1024;
+}
+
+// "M" (the memory limit refused an allocation) before a result that ran out of memory when the limit is the likely
+// cause: the implementation's allocator was refused (refused_allocation.hpp), or the address space came within an
+// eighth of the limit. Otherwise an OUT_OF_MEMORY status is the implementation's own word, and is quoted as such.
+std::string limit_marker(const prop::CaseResult& r) {
+    if (!g_memory_limit || !r.out_of_memory) return "";
+    if (prop::allocation_was_refused() || address_space_peak() >= g_memory_limit - g_memory_limit / 8) return "M\n";
+    return "";
+}
+
 void send(int fd, char tag, const prop::CaseResult& r) {
-    write_all(fd, std::string(1, tag) + " " + dump_json(prop::to_json(r)) + "\n");
+    write_all(fd, limit_marker(r) + std::string(1, tag) + " " + dump_json(prop::to_json(r)) + "\n");
 }
 
 // --connect: a client that broke the protocol (crashed, hung, sent what is not a frame) decides the verdict, whatever
@@ -185,7 +209,7 @@ void model_case(const nlohmann::json& req, int fd) {
     nlohmann::json j = prop::to_json(r);
     j.erase("counterexample"); // the model case is its seed; the reason describes it
     j.erase("counterexample_text");
-    write_all(fd, "F " + dump_json(j) + "\n");
+    write_all(fd, limit_marker(r) + "F " + dump_json(j) + "\n");
 }
 
 } // namespace
@@ -220,7 +244,8 @@ void run_request(const nlohmann::json& req, int fd) {
     if (const auto c = req.find("cudart"); c != req.end() && c->is_object())
         prop::DeviceWatch::pin_runtime(prop::RuntimeChoice{c->value("path", std::string()),
                                                            c->value("why_not", std::string())});
-    if (req.value("memory_limit", uint64_t{0})) std::set_new_handler(report_refused_allocation);
+    g_memory_limit = req.value("memory_limit", uint64_t{0});
+    if (g_memory_limit) std::set_new_handler(report_refused_allocation);
     const std::string kind = req.at("kind").get<std::string>();
     if (kind == "probe") return probe(req, fd);
     if (kind == "model_case") return model_case(req, fd);

@@ -240,7 +240,7 @@ int validate(const ValidateOptions& o) {
             const CaseRef& ref = cases[k];
             const std::string& pid = ref.property_id();
             if (rows.size() == first_row || rows.back().property != pid)
-                rows.push_back({subj.label, pid, ref.level, ref.core(), {}});
+                rows.push_back({subj.label, pid, ref.level, ref.core(), {}, -1, {}});
             Row& row = rows.back();
             CaseRun run;
             bool shrink = true;
@@ -266,7 +266,7 @@ int validate(const ValidateOptions& o) {
             if (r.verdict == Verdict::Fail) ++failures[pid];
             if (r.verdict == Verdict::Fail && !shrink) ++unshrunk_failures;
             const int vi = verdict_index(r.verdict);
-            ++row.counts[vi];
+            add_to_row(row, r);
             ++counts[vi];
             ++totals[vi];
             nlohmann::json cj = prop::to_json(r);
@@ -314,6 +314,7 @@ int validate(const ValidateOptions& o) {
                                     {"level", level_name(rows[i].level)},
                                     {"core", rows[i].core},
                                     {"counts", counts_json(rows[i].counts)},
+                                    {"worst_headroom", rows[i].worst.json()},
                                     {"result", row_result(rows[i], o.shard.empty())}});
             const nlohmann::json loss = quantization_loss_summary(case_list, rows[i].property);
             if (!loss.is_null()) {

@@ -31,6 +31,11 @@ int nonconformant(const int counts[kVerdictCount]) {
     return n;
 }
 
+void add_to_row(Row& row, const prop::CaseResult& r) {
+    ++row.counts[verdict_index(r.verdict)];
+    row.worst.add(r);
+}
+
 // A core property whose every case was NOT_SUPPORTED tested nothing: that is no conformance claim.
 bool core_never_ran(const Row& r) {
     const int total = sum(r.counts);
@@ -73,6 +78,7 @@ std::string verdict_table(const std::vector<Row>& rows, bool with_label, bool wi
     if (with_level) head.push_back("level");
     head.push_back("property");
     for (Verdict v : kVerdicts) head.push_back(prop::verdict_name(v));
+    head.push_back("worst headroom");
     head.push_back("result");
     cells.push_back(head);
     for (const Row& r : rows) {
@@ -81,6 +87,7 @@ std::string verdict_table(const std::vector<Row>& rows, bool with_label, bool wi
         if (with_level) line.push_back(level_name(r.level));
         line.push_back(r.property);
         for (int i = 0; i < kVerdictCount; ++i) line.push_back(std::to_string(r.counts[i]));
+        line.push_back(r.worst.text());
         line.push_back(row_result(r, judge_core));
         cells.push_back(line);
     }

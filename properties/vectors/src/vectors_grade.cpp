@@ -9,6 +9,7 @@
 #include "kvcheck/harness/errors.hpp"
 #include "kvcheck/harness/input_file.hpp"
 #include "kvcheck/harness/report.hpp"
+#include "kvcheck/harness/worst_headroom.hpp"
 #include "kvcheck/vectors/safetensors.hpp"
 #include "kvcheck/vectors/caps.hpp"
 #include "kvcheck/vectors/model.hpp"
@@ -428,6 +429,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
     constexpr int kVerdictWidth = 15; // QUALITY_WARNING, the longest verdict name
     std::map<std::string, int> counts;
     std::map<std::string, std::map<std::string, int>> by_property;
+    std::map<std::string, harness::WorstHeadroom> worst; // per property
     std::map<std::string, int> notes; // note -> cases carrying it
     bool bad = false;
     size_t width = 8;
@@ -438,6 +440,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         const char* v = prop::verdict_name(g.r.verdict);
         ++counts[v];
         ++by_property[g.r.property][v];
+        if (g.outputs) worst[g.r.property].add(g.r);
         for (const std::string& n : g.r.notes) ++notes[n];
         bad = bad || g.r.verdict == prop::Verdict::Fail || g.r.verdict == prop::Verdict::Error;
         std::ostringstream line;
@@ -458,7 +461,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
     for (const auto& [p, c] : by_property) pw = std::max(pw, p.size());
     out << "  " << std::left << std::setw(static_cast<int>(pw)) << "property";
     for (prop::Verdict v : order) out << "  " << std::right << std::setw(kVerdictWidth) << prop::verdict_name(v);
-    out << "\n";
+    out << "  worst headroom\n";
     std::vector<std::pair<size_t, std::string>> props;
     for (const auto& [p, r] : rank) props.emplace_back(r, p);
     std::sort(props.begin(), props.end());
@@ -466,7 +469,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         out << "  " << std::left << std::setw(static_cast<int>(pw)) << pr.second;
         for (prop::Verdict v : order)
             out << "  " << std::right << std::setw(kVerdictWidth) << by_property[pr.second][prop::verdict_name(v)];
-        out << "\n";
+        out << "  " << worst[pr.second].text() << "\n";
     }
     for (const auto& [n, k] : notes) out << "note (" << k << (k == 1 ? " case" : " cases") << "): " << n << "\n";
     out << std::left << "summary:";
@@ -484,6 +487,14 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
             }
             json summary = json::object();
             for (const auto& [v, n] : counts) summary[v] = n;
+            json properties = json::array(); // in the order of the export, as the table
+            for (const auto& pr : props) {
+                json c = json::object();
+                for (prop::Verdict v : order) c[prop::verdict_name(v)] = by_property[pr.second][prop::verdict_name(v)];
+                properties.push_back({{"id", pr.second},
+                                      {"counts", c},
+                                      {"worst_headroom", worst[pr.second].json()}});
+            }
             // The same shape as validate's report, so one JUnit writer (report.hpp) serves both.
             const json report = {{"kvcheck_grade", 1},
                                  {"kvcheck_version", KVCHECK_VERSION},
@@ -497,6 +508,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
                                                 {"pipeline", prop::to_json(res.declared.pipeline)},
                                                 {"capabilities", capability_words(res.declared.caps)},
                                                 {"declared", declared_to_json(res.declared)},
+                                                {"properties", properties},
                                                 {"cases", cases}}})},
                                  {"vectors_seed", vectors.seed},
                                  {"summary", summary},

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kvcheck/harness/subjects.hpp"
+#include "kvcheck/harness/worst_headroom.hpp"
 #include "kvcheck/properties/runner.hpp"
 
 #include <nlohmann/json.hpp>
@@ -27,7 +28,11 @@ struct Row {
     Level level = Level::Operation;
     bool core = false; // a core property whose every case was NOT_SUPPORTED makes the implementation not conformant
     int counts[kVerdictCount] = {};
+    WorstHeadroom worst;
 };
+
+// Counts r into the row: its verdict, and its headroom when it passed.
+void add_to_row(Row& row, const prop::CaseResult& r);
 
 int sum(const int counts[kVerdictCount]);
 int nonconformant(const int counts[kVerdictCount]); // cases with FAIL, ERROR, CRASH or TIMEOUT
