@@ -1,5 +1,5 @@
 /*
- * kvcheck model-level ABI, version 1.0: a whole inference engine — weights and tokens in, logits out, its own KV
+ * kvcheck model-level ABI, version 1.1: a whole inference engine — weights and tokens in, logits out, its own KV
  * cache inside.
  *
  * The operation-level ABI (abi.h) reaches a KV cache call by call. Many engines keep their cache inside one
@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define KVCM_ABI_VERSION_MAJOR 1u
-#define KVCM_ABI_VERSION_MINOR 0u
+#define KVCM_ABI_VERSION_MINOR 1u
 #define KVCM_ENTRY_SYMBOL "kvcheck_model_entry"
 
 /* Capability bits (kvcm_caps.features). The harness never asks for an undeclared one; a declared one that is then
@@ -70,7 +70,15 @@ typedef struct kvcm_caps {
     uint32_t max_dim;        /* d_model */
     uint32_t max_hidden_dim; /* SwiGLU width */
     uint32_t max_vocab;
+    /* ---- 1.1: parameters the engine hard-codes. The harness draws every model with these values instead of varying
+       them, and the report lists them as fixed. 0 = the engine uses whatever the description gives (a 1.0 table,
+       which ends before these members, reads as 0). Finite and > 0 otherwise; rms_eps below 1. ---- */
+    float fixed_rope_theta; /* the one RoPE base the engine computes with (llama2.c: 10000) */
+    float fixed_rms_eps;    /* the one RMSNorm epsilon (llama2.c: 1e-5) */
 } kvcm_caps;
+
+/* The size of a 1.0 kvcm_caps: a table whose get_caps fills a smaller struct_size is refused. */
+#define KVCM_CAPS_SIZE_1_0 offsetof(kvcm_caps, fixed_rope_theta)
 
 /* The model: docs/model-level.md says exactly what each number means in the arithmetic. */
 typedef struct kvcm_model_desc {

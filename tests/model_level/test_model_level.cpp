@@ -1,6 +1,7 @@
 // The model-level properties in both directions: our engine and the C example pass everything they declare (the
 // rest is NOT_SUPPORTED, with the reason), each broken double fails the property that names its bug. Fixed seeds;
 // KVCHECK_MODEL_SEED=N replays another run (the seed is printed), KVCHECK_MODEL_CASES=N changes the case count.
+#include "kvcheck/model/model_case.hpp"
 #include "kvcheck/model/model_properties.hpp"
 #include "model_engine_abi.hpp"
 
@@ -15,6 +16,8 @@ const kvcm_model_api* kvcm_model_example_entry(uint32_t, uint32_t);
 const kvcm_model_api* kvcm_double_layer_cache_entry(uint32_t, uint32_t);
 const kvcm_model_api* kvcm_double_rope_reset_entry(uint32_t, uint32_t);
 const kvcm_model_api* kvcm_double_wrong_eps_entry(uint32_t, uint32_t);
+const kvcm_model_api* kvcm_double_eps_tenth_entry(uint32_t, uint32_t);
+const kvcm_model_api* kvcm_double_fixed_params_entry(uint32_t, uint32_t);
 const kvcm_model_api* kvcm_double_tied_mixup_entry(uint32_t, uint32_t);
 }
 
@@ -107,6 +110,44 @@ TEST(ModelLevelDoubles, RopeResetPerChunkFailsChunk) {
     expect_pass(kvcm_double_rope_reset_entry, "MODEL-LOGITS", 50);
 }
 TEST(ModelLevelDoubles, WrongEpsFailsLogits) { expect_fail(kvcm_double_wrong_eps_entry, "MODEL-LOGITS", 200); }
+// An eps a tenth of the described one (1e-6 for 1e-5) is seen in the small-norm regime (half the cases), where
+// layer 0's mean(x^2) lies within a factor 4 of eps: it fails there case after case, not by chance.
+TEST(ModelLevelDoubles, AnEpsATenthOffFailsEverySmallNormCase) {
+    const ModelTarget t = ModelTarget::from_entry(kvcm_double_eps_tenth_entry);
+    const uint64_t first = seed();
+    int small = 0, small_failed = 0, failed = 0;
+    const int n = cases(60);
+    for (int k = 0; k < n; ++k) {
+        const bool in_regime = draw_case(first + k, t.caps()).embed_rms > 0;
+        const bool fails = run_model_property(t, "MODEL-LOGITS", first + k, 1).verdict == Verdict::Fail;
+        small += in_regime;
+        small_failed += in_regime && fails;
+        failed += fails;
+    }
+    std::cout << "eps a tenth off: " << failed << " of " << n << " cases fail; " << small_failed << " of " << small
+              << " small-norm cases\n";
+    EXPECT_GE(small, n / 4);
+    EXPECT_EQ(small_failed, small);
+    // the correct engine passes the same cases (the regime raises no false alarm)
+    expect_pass(kvcm_model_example_entry, "MODEL-LOGITS", n);
+}
+
+// An engine that hard-codes RoPE theta 10000 and eps 1e-5 (llama2.c's run.c) and declares them (model ABI 1.1) is
+// given only models with those values, passes every property it declares, and the report names what it fixed.
+TEST(ModelLevelDoubles, HardCodedParametersDeclaredAsFixedPass) {
+    const ModelTarget t = ModelTarget::from_entry(kvcm_double_fixed_params_entry);
+    for (int k = 0; k < 50; ++k) {
+        const ModelCase c = draw_case(seed() + k, t.caps());
+        EXPECT_EQ(c.desc.rope_theta, 10000.0f);
+        EXPECT_EQ(c.desc.rms_eps, 1e-5f);
+    }
+    expect_pass(kvcm_double_fixed_params_entry, "MODEL-LOGITS", 200);
+    for (const char* id : {"MODEL-CHUNK", "MODEL-KV", "MODEL-RELEASE", "MODEL-MEMORY"})
+        expect_pass(kvcm_double_fixed_params_entry, id, 100);
+    // the same arithmetic without the declaration is judged on every theta and eps: wrong_eps shows the eps half
+    expect_fail(kvcm_double_wrong_eps_entry, "MODEL-LOGITS", 200);
+}
+
 TEST(ModelLevelDoubles, TiedUntiedMixupFailsLogits) { expect_fail(kvcm_double_tied_mixup_entry, "MODEL-LOGITS", 200); }
 
 } // namespace

@@ -31,6 +31,15 @@
 #ifndef KVX_EPS
 #define KVX_EPS(eps) (eps) /* the RMSNorm epsilon the engine uses */
 #endif
+#ifndef KVX_THETA
+#define KVX_THETA(theta) (theta) /* the RoPE base the engine uses */
+#endif
+#ifndef KVX_FIXED_THETA
+#define KVX_FIXED_THETA 0.0f /* what get_caps declares as the one RoPE base it computes with (0: any) */
+#endif
+#ifndef KVX_FIXED_EPS
+#define KVX_FIXED_EPS 0.0f /* the same for the RMSNorm epsilon */
+#endif
 #ifndef KVX_SHARED_CLASSIFIER
 #define KVX_SHARED_CLASSIFIER(vocab_field) ((vocab_field) > 0) /* the header's sign: positive = tied */
 #endif
@@ -205,6 +214,8 @@ static void example_get_caps(kvcm_caps* out) {
     c.max_dim = 4096;
     c.max_hidden_dim = 16384;
     c.max_vocab = MAX_SIZE;
+    c.fixed_rope_theta = KVX_FIXED_THETA;
+    c.fixed_rms_eps = KVX_FIXED_EPS;
     *out = c;
 }
 
@@ -336,7 +347,7 @@ static kvc_status example_create(const kvcm_model_desc* d, const kvcm_weights* w
     m->vocab = vocab;
     m->seq_len = h.seq_len;
     m->eps = KVX_EPS(d->rms_eps);
-    m->theta = d->rope_theta;
+    m->theta = KVX_THETA(d->rope_theta);
     m->rope = d->rope;
     m->file = malloc(4 * (size_t)floats);
     const size_t act = (size_t)(3 * dim + 2 * hid + dim + (uint64_t)h.seq_len + (uint64_t)vocab);

@@ -203,7 +203,11 @@ nlohmann::json model_caps_to_json(const kvcm_caps& caps) {
               {"max_head_dim", limit(caps.max_head_dim)},
               {"max_dim", limit(caps.max_dim)},
               {"max_hidden_dim", limit(caps.max_hidden_dim)},
-              {"max_vocab", limit(caps.max_vocab)}}}};
+              {"max_vocab", limit(caps.max_vocab)}}},
+            // the parameters the engine hard-codes (model ABI 1.1): every case was drawn with these values
+            {"fixed",
+             {{"rope_theta", caps.fixed_rope_theta > 0 ? nlohmann::json(caps.fixed_rope_theta) : nullptr},
+              {"rms_eps", caps.fixed_rms_eps > 0 ? nlohmann::json(caps.fixed_rms_eps) : nullptr}}}};
 }
 
 std::string model_caps_to_text(const kvcm_caps& caps, const std::string& indent) {
@@ -215,6 +219,10 @@ std::string model_caps_to_text(const kvcm_caps& caps, const std::string& indent)
       << "; rope: " << join(j["rope_variants"].get<std::vector<std::string>>()) << "\n";
     s << indent << "model limits:";
     write_limits(s, j["limits"]);
+    std::string fixed;
+    for (const auto& [k, v] : j["fixed"].items())
+        if (!v.is_null()) fixed += (fixed.empty() ? " " : ", ") + k + " " + v.dump();
+    if (!fixed.empty()) s << indent << "fixed by the engine (every case drawn with it):" << fixed << "\n";
     return s.str();
 }
 

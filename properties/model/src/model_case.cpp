@@ -69,6 +69,14 @@ ModelCase draw_case(uint64_t seed, const kvcm_caps& caps) {
     const double log_theta = std::log(100.0) + r.uniform() * (std::log(1e6) - std::log(100.0));
     d.rope_theta = static_cast<float>(r.pick(std::vector<double>{10000.0, 100.0, 500000.0, 1e6, std::exp(log_theta)}));
     d.rms_eps = static_cast<float>(r.pick(std::vector<double>{1e-5, 1e-6, 1e-4, 1e-2, 0.1}));
+    // what the engine fixes replaces the draw (drawn anyway, so that the rest of the case is the same either way)
+    if (caps.struct_size > KVCM_CAPS_SIZE_1_0 && caps.fixed_rope_theta > 0) d.rope_theta = caps.fixed_rope_theta;
+    if (caps.struct_size > KVCM_CAPS_SIZE_1_0 && caps.fixed_rms_eps > 0) d.rms_eps = caps.fixed_rms_eps;
+    { // the small-norm regime, from its own stream: the cases of a seed stay those drawn before it existed
+        Rng small{{seed ^ 0x736D616C6C6E6F72ull}};
+        if (small.in(0, 1) == 1)
+            c.embed_rms = std::sqrt(static_cast<double>(d.rms_eps)) * small.pick(std::vector<double>{0.5, 1.0, 2.0});
+    }
     const bool tied_ok = (caps.features & KVCM_FEATURE_TIED) != 0, untied_ok = (caps.features & KVCM_FEATURE_UNTIED) != 0;
     d.tied = tied_ok && (!untied_ok || r.in(0, 1) == 1) ? 1u : 0u;
     d.cache_dtype = KVC_DTYPE_F32;
@@ -99,7 +107,9 @@ std::string ModelCase::describe() const {
     s << "case seed " << seed << ": dim " << desc.dim << ", hidden_dim " << desc.hidden_dim << ", n_layers "
       << desc.n_layers << ", n_heads " << desc.n_heads << ", n_kv_heads " << desc.n_kv_heads << ", head_dim "
       << desc.head_dim << ", vocab " << desc.vocab_size << ", rope " << (desc.rope <= 2 ? ropes[desc.rope] : "?")
-      << " theta " << desc.rope_theta << ", eps " << desc.rms_eps << ", " << (desc.tied ? "tied" : "separate")
+      << " theta " << desc.rope_theta << ", eps " << desc.rms_eps;
+    if (embed_rms > 0) s << " (embedding rows at rms " << embed_rms << ")";
+    s << ", " << (desc.tied ? "tied" : "separate")
       << " classifier, max_context " << desc.max_context << "; prompt " << list(prompt) << ", " << n_steps
       << " greedy steps, chunks " << list(chunks) << ", tail " << list(tail) << ", prompt2 " << list(prompt2)
       << ", tail2 " << list(tail2);

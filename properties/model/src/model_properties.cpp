@@ -52,7 +52,7 @@ struct Ctx {
 
     Ctx(const ModelTarget& t, ModelCase mc) : target(t), c(std::move(mc)) {
         cfg = config_of(c.desc);
-        w = draw_weights(cfg, c.seed);
+        w = draw_weights(cfg, c.seed, c.embed_rms);
         bytes = c.weights_format == KVCM_WEIGHTS_SAFETENSORS ? write_safetensors(cfg, w)
                                                              : write_flat_f32(cfg, w, c.desc.max_context);
     }

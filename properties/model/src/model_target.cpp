@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
@@ -70,8 +71,17 @@ ModelTarget ModelTarget::checked(const kvcm_model_api* api, std::shared_ptr<void
     if (const std::string what = caps.violation("get_caps", nullptr, &scribbled); !what.empty())
         throw TargetMisbehaved("model table \"" + name + "\": " + what);
     std::memcpy(&t.caps_, caps.data(), sizeof t.caps_);
-    if (t.caps_.struct_size < sizeof(kvcm_caps))
+    if (t.caps_.struct_size < KVCM_CAPS_SIZE_1_0)
         throw TargetError("model table \"" + name + "\": get_caps filled a struct_size below ABI 1.0");
+    if (t.caps_.struct_size < sizeof(kvcm_caps)) // an older table: what it does not know about is "not fixed"
+        std::memset(reinterpret_cast<char*>(&t.caps_) + t.caps_.struct_size, 0,
+                    sizeof(kvcm_caps) - t.caps_.struct_size);
+    const auto fixed_ok = [](float v, float below) { return v == 0.0f || (std::isfinite(v) && v > 0.0f && v < below); };
+    if (!fixed_ok(t.caps_.fixed_rope_theta, 3.0e38f) || !fixed_ok(t.caps_.fixed_rms_eps, 1.0f))
+        throw TargetError("model table \"" + name + "\": get_caps fixes rope_theta " +
+                          std::to_string(t.caps_.fixed_rope_theta) + " and rms_eps " +
+                          std::to_string(t.caps_.fixed_rms_eps) +
+                          ": a fixed value is 0 (not fixed) or finite and > 0 (rms_eps below 1)");
     const struct {
         uint32_t feature;
         bool present;

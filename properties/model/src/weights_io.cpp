@@ -158,8 +158,13 @@ std::string describe(const kvcm_model_desc& d) {
     return s.str();
 }
 
-ref::Weights<double> draw_weights(const ref::ModelConfig& cfg, uint64_t seed) {
+ref::Weights<double> draw_weights(const ref::ModelConfig& cfg, uint64_t seed, double embed_rms) {
     ref::Weights<double> w = ref::random_weights(cfg, seed);
+    if (embed_rms > 0)
+        for (Eigen::Index t = 0; t < w.embedding.rows(); ++t) {
+            const double rms = std::sqrt(w.embedding.row(t).squaredNorm() / static_cast<double>(w.embedding.cols()));
+            if (rms > 0) w.embedding.row(t) *= embed_rms / rms;
+        }
     SplitMix64 s{seed ^ 0x6E6F726D5F67616Eull}; // the gains' own stream: the other entries stay the reference's
     auto gains = [&](ref::RowVec<double>& g) {
         for (Eigen::Index i = 0; i < g.size(); ++i) g(i) = 1.0 + 0.2 * normal(s);

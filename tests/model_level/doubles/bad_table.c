@@ -23,6 +23,7 @@ const kvcm_model_api* kvcheck_model_entry(uint32_t harness_abi_major, uint32_t h
     bad_api = *inner;
 #ifdef KVX_BAD_MAJOR
     bad_api.abi_major = KVCM_ABI_VERSION_MAJOR + 1;
+    bad_api.abi_minor = 0; /* "2.0": a new major starts its minors again */
 #else
     bad_api.get_caps = crashing_get_caps;
 #endif

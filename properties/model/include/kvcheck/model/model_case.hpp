@@ -21,12 +21,17 @@ struct ModelCase {
     std::vector<int> chunks;  // a split of prompt into calls (CHUNK): sizes summing to prompt.size()
     std::vector<int> tail;    // fixed tokens fed one per call after prompt (CHUNK, FORK's parent, KV, RELEASE)
     std::vector<int> tail2;   // fixed tokens after prompt2, or for FORK's child after prompt
+    // The small-norm regime (half the cases): every embedding row scaled to this RMS, between sqrt(eps) / 2 and
+    // 2 sqrt(eps), so that layer 0's hidden states have mean(x^2) within a factor 4 of rms_eps and an engine using
+    // another eps normalizes them visibly differently. 0: the embeddings as drawn.
+    double embed_rms = 0;
     std::string describe() const; // seed, description, lengths, split: a counterexample's first line
 };
 
 // Draws a case inside caps: layers, heads, GQA groups (including MQA), head_dim (odd sizes without RoPE; equal to
 // dim / n_heads unless KVCM_FEATURE_FREE_HEAD_DIM), hidden_dim, vocab, RoPE variant and theta (10000, 100, 500000,
-// 10^6 or log-uniform), eps (1e-6 to 0.1), tied or separate classifier, lengths up to min(max_context, 64), a chunk
+// 10^6 or log-uniform; the declared fixed_rope_theta where there is one), eps (1e-6 to 0.1, or fixed_rms_eps), the
+// small-norm regime, tied or separate classifier, lengths up to min(max_context, 64), a chunk
 // split, fork and release histories.
 ModelCase draw_case(uint64_t seed, const kvcm_caps& caps);
 

@@ -21,8 +21,9 @@ ref::ModelConfig config_of(const kvcm_model_desc& desc);
 std::string describe(const kvcm_model_desc& desc);
 
 // Seeded weights: the reference's random_weights (entries N(0, 1/fan_in)), norm gains 1 + N(0, 0.2^2) so that a
-// norm applied with the wrong gain shows, every value rounded to the nearest f32.
-ref::Weights<double> draw_weights(const ref::ModelConfig& cfg, uint64_t seed);
+// norm applied with the wrong gain shows, every value rounded to the nearest f32. embed_rms > 0: every embedding row
+// scaled to that root mean square first (ModelCase::embed_rms: the small-norm regime where RMSNorm's eps matters).
+ref::Weights<double> draw_weights(const ref::ModelConfig& cfg, uint64_t seed, double embed_rms = 0);
 
 // safetensors bytes: F32 tensors, [out_features, in_features] row-major (y = x · Wᵀ), names as documented.
 std::string write_safetensors(const ref::ModelConfig& cfg, const ref::Weights<double>& w);
