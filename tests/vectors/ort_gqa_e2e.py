@@ -9,7 +9,8 @@ in both modes and asserts the verdicts docs/real-implementations.md reports:
   f32-compute  (f32 model over an f16 cache) declared as plain f32: every f16 case that grades outputs FAILs with
                the diagnosis "new rows attended before rounding", every f32 case passes;
                declared with new_rows_unrounded: every case passes, with the note that outputs depend on chunking.
-Cases outside the declaration (bf16, head_dim not a multiple of 8, or 16 with RoPE) must be NOT_SUPPORTED.
+Cases outside the declaration (bf16, head_dim not a multiple of 8, or 16 with RoPE) get no verdict: they are
+reported apart. f32-compute's pipeline differs from the one caps.json declares: grade must say so.
 The seed is fixed (--seed to change it; it is printed). Exit 0 when every expectation holds.
 """
 
@@ -67,17 +68,19 @@ class Run:
         report = os.path.join(self.work, tag + ".json")
         rc, out = sh([self.kvcheck, "grade", "--vectors", self.vectors, "--results", results, "--report", report])
         with open(report) as f:
-            verdicts = {c["id"]: c for c in json.load(f)["implementations"][0]["cases"]}
+            impl = json.load(f)["implementations"][0]
+        verdicts = {c["id"]: c for c in impl["cases"]}
+        self.outside = impl["outside_declaration"]  # no verdict: counted apart
         return rc, out, verdicts
 
     def check_refused(self, verdicts):
         # Cases are drawn inside the declared dtypes and RoPE variants; what is refused is a property about an
-        # undeclared feature, graded NOT_SUPPORTED.
-        refused = [v for i, v in verdicts.items() if i not in self.cases]
-        for v in refused:
-            expect(v["verdict"] == "NOT_SUPPORTED", f"{v['id']} is outside the declaration but {v['verdict']}")
-            expect("needs dtype" not in v.get("reason", "") and "needs rope" not in v.get("reason", ""),
-                   f"{v['id']} was drawn outside the declared dtypes or RoPE variants: {v.get('reason')}")
+        # undeclared feature, reported outside the declaration with no verdict.
+        expect(all(i in self.cases for i in verdicts), "only exported cases get a verdict")
+        for o in self.outside:
+            expect(not o["exported"] and o["id"] not in self.cases, f"{o['id']} was exported but is outside")
+            expect(not any(w.startswith(("dtype", "rope")) for w in o["needs"]),
+                   f"{o['id']} was drawn outside the declared dtypes or RoPE variants: {o['needs']}")
         for i in self.cases:
             expect(verdicts[i]["verdict"] != "NOT_SUPPORTED", f"{i} was exported but is NOT_SUPPORTED")
 
@@ -99,6 +102,8 @@ def native(r):
 def f32_compute(r):
     rc, out, verdicts = r.drive_and_grade("f32-compute", pipeline="f32")
     expect(rc == 1, f"grade exited {rc}: f32 inputs over an f16 cache declared as plain f32 must fail")
+    expect("warning: the results declare the pipeline f32, the export was given" in out,
+           "grade does not flag a pipeline other than the export's")
     failed = 0
     for i, c in r.cases.items():
         v = verdicts[i]

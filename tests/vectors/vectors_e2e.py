@@ -109,7 +109,7 @@ def roundtrip(t):
     t.run_example()
     report, junit = os.path.join(t.work, "report.json"), os.path.join(t.work, "junit.xml")
     out = t.grade(0, "--report", report, "--junit", junit)
-    expect(summary_line(out).endswith("40 PASS  => every case passes or is not supported"), "a case did not pass")
+    expect(summary_line(out).endswith("40 PASS  => every graded case passes"), "a case did not pass")
     with open(report) as f:
         r = json.load(f)
     expect(r["exit_code"] == 0, "the report's exit code")
@@ -218,8 +218,22 @@ def not_supported(t):
     with open(path, "w") as f:
         json.dump(m, f)
     c = t.case(lambda c: dropped in c["requires"])
-    out = t.grade(0)
-    expect_in(verdict_line(out, c["id"]), "NOT_SUPPORTED", "needs dtype bf16")
+    n = sum(dropped in c["requires"] for c in t.manifest["cases"])
+    report = os.path.join(t.work, "report.json")
+    out = t.grade(0, "--report", report)
+    # outside the declaration: no verdict, counted apart, and said loudly since the export did include them
+    expect(not any(l.split()[:1] == [c["id"]] for l in out.splitlines()), f"{c['id']} has a verdict line")
+    expect("NOT_SUPPORTED" not in out, "a case outside the declaration is counted as a verdict")
+    expect_in(out, f"outside the declaration, not graded: {n} cases", f"{n} needing dtype bf16 (exported, no results)",
+              f"warning: {n} exported cases have no results and lie outside the results' declaration")
+    with open(report) as f:
+        r = json.load(f)
+    outside = r["implementations"][0]["outside_declaration"]
+    expect(r["outside_declaration"] == n == len(outside), "the report counts the cases outside apart")
+    expect(all(o["exported"] and o["needs"] == [dropped] for o in outside), f"{outside}")
+    expect(all(c["verdict"] != "NOT_SUPPORTED" for c in r["implementations"][0]["cases"]), "a NOT_SUPPORTED verdict")
+    expect(sum(p["outside_declaration"] for p in r["implementations"][0]["properties"]) == n, "per property")
+    expect(any("outside the results' declaration" in w for w in r["warnings"]), "the report's warnings")
 
 
 def missing_results(t):
@@ -229,7 +243,8 @@ def missing_results(t):
     os.remove(t.result_path(c))
     os.remove(t.result_path(c, "json"))
     out = t.grade(1)
-    expect_in(verdict_line(out, c["id"]), "ERROR", "no results", "declares every capability")
+    expect_in(verdict_line(out, c["id"]), "ERROR", "no results", "declares every capability", "the driver skipped it")
+    expect_in(out, "warning: the driver wrote no results for 1 case inside its declaration")
 
 
 def missing_tensor(t):
@@ -391,9 +406,88 @@ def caps_filter(t):
                    for r in refused.values()),
            "a case outside the declared dtypes, RoPE variants or head_dim multiples was drawn")
     t.run_example()
-    out = t.grade(0)
-    expect_in(verdict_line(out, "FORK/0"), "NOT_SUPPORTED", "needs fork (not exported)")
-    expect(out.count("NOT_SUPPORTED ") + out.count("NOT_SUPPORTED\n") >= len(refused), "every refused case listed")
+    report = os.path.join(t.work, "report.json")
+    out = t.grade(0, "--report", report)
+    # refused draws are no verdicts: counted apart, per property and in all
+    expect("NOT_SUPPORTED" not in out, "a refused draw is counted as a verdict")
+    expect_in(out, f"outside the declaration, not graded: {len(refused)} cases",
+              "6 needing fork (not exported): FORK/0, FORK/1, FORK/2, FORK/3, FORK/4 and 1 more")
+    fork = next(l for l in out.splitlines() if l.split()[:1] == ["FORK"])
+    expect(fork.split()[1:6] == ["0", "0", "0", "0", "6"], f"FORK's row: {fork}")
+    expect(summary_line(out).startswith("summary: 18 PASS"), summary_line(out))
+    with open(report) as f:
+        r = json.load(f)
+    expect(r["outside_declaration"] == len(refused) and "NOT_SUPPORTED" not in r["summary"], f"{r['summary']}")
+    expect(len(r["implementations"][0]["cases"]) == 18, "one verdict per exported case")
+
+
+def driver_skipped_batch(t):
+    """A driver written for vectors without append_batch steps skips the cases holding one while its manifest still
+    declares "batch": each is an ERROR with a warning, never a quiet NOT_SUPPORTED."""
+    caps = os.path.join(t.work, "caps.json")
+    with open(caps, "w") as f:
+        json.dump({"capabilities": ["dtype f32", "rope neox", "gqa", "chunked", "batch"]}, f)
+    t.export("--caps", caps, "--properties", "EQUIV,BATCH", "--cases", "3")
+    t.run_example()
+    batched = [c for c in t.manifest["cases"] if any(s["op"] == "append_batch" for s in c["steps"])]
+    expect(batched, "no case with a batch step")
+    for c in batched:
+        os.remove(t.result_path(c))
+        os.remove(t.result_path(c, "json"))
+    out = t.grade(1)
+    for c in batched:
+        expect_in(verdict_line(out, c["id"]), "ERROR", "the driver skipped it")
+    expect_in(out, f"warning: the driver wrote no results for {len(batched)} case")
+    expect("outside the declaration" not in out, "a skipped case is reported as outside the declaration")
+
+
+def declaration_narrower(t):
+    """Results that declare less than the export was given are refused (exit 2), naming what differs: the cases the
+    driver left out would otherwise pass for cases outside the declaration. More is accepted."""
+    caps = os.path.join(t.work, "caps.json")
+    with open(caps, "w") as f:
+        json.dump({"capabilities": ["dtype f32", "rope neox", "gqa", "chunked", "batch"],
+                   "limits": {"max_head_dim": 64}}, f)
+    t.export("--caps", caps, "--properties", "EQUIV,BATCH", "--cases", "2")
+    t.run_example()  # declares every capability, no limit: more than the export, graded
+    t.grade(0)
+    path = os.path.join(t.results, "manifest.json")
+    with open(path) as f:
+        m = json.load(f)
+    m["capabilities"].remove("batch")
+    m["limits"] = {"max_head_dim": 32}
+    with open(path, "w") as f:
+        json.dump(m, f)
+    out = t.grade(2)
+    expect_in(out, "declares less than the vectors were exported for",
+              '"batch": declared by the export, not by the results', "max_head_dim: 64 in the export, 32 in the results")
+
+
+def pipeline_differs(t):
+    """A pipeline in the results other than the one given to export is graded, with a warning in the output and the
+    report."""
+    caps = os.path.join(t.work, "caps.json")
+    with open(caps, "w") as f:
+        json.dump({"capabilities": ["dtype f32", "dtype f16", "rope neox", "gqa", "chunked"],
+                   "pipeline": "q-and-v-accum-in-cache-dtype"}, f)
+    t.export("--caps", caps, "--properties", "EQUIV", "--cases", "2")
+    t.run_example()  # declares f32
+    report = os.path.join(t.work, "report.json")
+    out = t.grade(0, "--report", report)
+    expect_in(out, "warning: the results declare the pipeline f32, the export was given q-and-v-accum-in-cache-dtype")
+    with open(report) as f:
+        expect(any("the export was given" in w for w in json.load(f)["warnings"]), "the report's warnings")
+    t.run_example("--pipeline", "q-and-v-accum-in-cache-dtype", results=os.path.join(t.work, "same"))
+    expect("warning" not in t.grade(0, results=os.path.join(t.work, "same")), "a warning for the same pipeline")
+
+
+def project_caps_files(t):
+    """The drivers' own caps files are read whole: every field known (an unknown one is refused), the pipeline
+    recorded in the manifest's declaration."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for rel in ("tools/ort_driver/caps.json", "tools/gpu/sdpa_caps.json"):
+        t.export("--caps", os.path.join(root, rel), "--properties", "EQUIV", "--cases", "1")
+        expect("pipeline" in t.manifest["declared"], f"{rel}: the export did not read its pipeline")
 
 
 def new_rows_unrounded(t):
@@ -443,7 +537,7 @@ def verdict_table(t):
     counts_end = header.index("  worst headroom")
     expect(row[counts_end : counts_end + 2] == "  " and row[counts_end - 1] != " ",
            f"count columns are as wide as their headers:\n{header}\n{row}")
-    expect(header.split() == ["property", "PASS", "QUALITY_WARNING", "FAIL", "ERROR", "NOT_SUPPORTED", "worst",
+    expect(header.split() == ["property", "PASS", "QUALITY_WARNING", "FAIL", "ERROR", "outside", "worst",
                               "headroom"], header)
     expect(row.split()[2] == "1", f"one QUALITY_WARNING counted: {row}")
     # the worst headroom of the property is the warned case's (3/4 of its bound), in the table and the report
@@ -480,7 +574,8 @@ CASES = {f.__name__: f for f in [roundtrip, skip_self, content_bitflip, equiv_st
                                  memory_misreport,
                                  nan_output, not_supported, missing_results, missing_tensor, st_truncated_header,
                                  st_header_too_long, st_offsets_out_of_range, st_overlap, st_dtype_size,
-                                 inputs_truncated, batch_step, batch_slice_swapped, caps_filter, new_rows_unrounded,
+                                 inputs_truncated, batch_step, batch_slice_swapped, caps_filter, driver_skipped_batch,
+                                 declaration_narrower, pipeline_differs, project_caps_files, new_rows_unrounded,
                                  verdict_table, scale_theta]}
 
 

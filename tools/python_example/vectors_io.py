@@ -17,8 +17,9 @@ A driver brings only its cache. run_cases makes one per case with make_cache(con
 
 A batch step runs its slices one call at a time, which is what a batch means to a cache without a batched kernel.
 
-A case the implementation does not support gets no result files: `kvcheck grade` calls it NOT_SUPPORTED, because
-the results' manifest does not declare what it requires.
+A case the implementation does not support gets no result files: `kvcheck grade` counts it outside the declaration
+(no verdict), because the results' manifest does not declare what it requires. A case it declares but skips is an
+ERROR: declare only what the driver runs, and refuse a step it does not know (run_case raises on an unknown op).
 """
 
 import json
@@ -75,7 +76,7 @@ def run_cases(vectors_dir, manifest, results_dir, make_cache, caps):
     ran = skipped = 0
     for case in manifest["cases"]:
         if not supported(case, caps):
-            skipped += 1  # no results: graded NOT_SUPPORTED
+            skipped += 1  # no results: outside the declaration, not graded
             continue
         run_case(vectors_dir, results_dir, case, make_cache(case["config"]))
         ran += 1

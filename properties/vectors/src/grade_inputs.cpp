@@ -118,6 +118,14 @@ Vectors load_vectors(const fs::path& dir) {
                        std::to_string(kVectorsFormat));
     Vectors v;
     v.seed = field<uint64_t>(j, "seed", m);
+    if (j.contains("declared")) {
+        try {
+            v.declared = declared_from_json(j["declared"], false);
+        } catch (const std::invalid_argument& e) {
+            throw BadInput(m + ": field \"declared\": " + e.what());
+        }
+        v.has_declared = true;
+    }
     const json cases = field<json>(j, "cases", m);
     if (!cases.is_array()) throw BadInput(m + ": field \"cases\" is not an array");
     std::set<std::string> seen;

@@ -43,6 +43,8 @@ struct Refused {
 
 struct Vectors {
     uint64_t seed = 0;
+    bool has_declared = false; // exported with --caps: the manifest's "declared"
+    Declared declared;
     std::vector<VCase> cases;
     std::vector<Refused> refused;
 };

@@ -52,10 +52,22 @@ const Limit kLimits[] = {
     {"head_dim_multiple_rope", &kvc_caps::head_dim_multiple_rope},
 };
 
+// The fields a declaration may hold: its own, free text, and a results manifest's (which serves as a caps file).
+const char* const kFields[] = {"capabilities", "limits",         "pipeline", "precision",
+                               "about",        "kvcheck_results", "implementation", "version"};
+
 } // namespace
 
 Declared declared_from_json(const json& j, bool need_pipeline) {
     if (!j.is_object()) throw std::invalid_argument("not a JSON object");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        bool known = false;
+        for (const char* f : kFields) known = known || it.key() == f;
+        if (known) continue;
+        std::string list;
+        for (const char* f : kFields) list += std::string(list.empty() ? "" : ", ") + f;
+        throw std::invalid_argument("unknown field \"" + it.key() + "\" (a declaration holds: " + list + ")");
+    }
     Declared d;
     d.caps.struct_size = sizeof d.caps;
     if (!j.contains("capabilities")) throw std::invalid_argument("missing field \"capabilities\"");
@@ -119,6 +131,37 @@ std::vector<std::string> capability_words(const kvc_caps& caps) {
     for (const CapWord& cw : kWords)
         if (caps.*cw.field & cw.bits) w.emplace_back(cw.word);
     return w;
+}
+
+std::vector<std::string> narrower_declaration(const Declared& a, const std::string& a_name, const Declared& b,
+                                              const std::string& b_name) {
+    std::vector<std::string> why;
+    for (const CapWord& cw : kWords)
+        if ((a.caps.*cw.field & cw.bits) && !(b.caps.*cw.field & cw.bits))
+            why.push_back("\"" + std::string(cw.word) + "\": declared by " + a_name + ", not by " + b_name);
+    const auto text = [](uint32_t x) { return x ? std::to_string(x) : std::string("none"); };
+    const auto differ = [&](const char* key, uint32_t x, uint32_t y) {
+        why.push_back(std::string(key) + ": " + text(x) + " in " + a_name + ", " + text(y) + " in " + b_name);
+    };
+    for (const Limit& x : kLimits) {
+        const uint32_t la = a.caps.*x.field, lb = b.caps.*x.field;
+        if (std::string(x.key).rfind("max_", 0) == 0 && lb != 0 && (la == 0 || la > lb)) differ(x.key, la, lb);
+    }
+    // head_dim multiples: every head_dim a's multiple allows must be one of b's (0 and 1: any head_dim)
+    const auto multiple = [](const kvc_caps& c, bool rope) {
+        return rope && c.head_dim_multiple_rope > 0 ? c.head_dim_multiple_rope : c.head_dim_multiple;
+    };
+    for (bool rope : {false, true}) {
+        const uint32_t ma = multiple(a.caps, rope), mb = multiple(b.caps, rope);
+        if (mb > 1 && (ma == 0 || ma % mb != 0))
+            differ(rope ? "head_dim_multiple_rope" : "head_dim_multiple", ma, mb);
+    }
+    return why;
+}
+
+bool same_pipeline(const Declared& a, const Declared& b) {
+    if (a.has_pipeline != b.has_pipeline) return false;
+    return !a.has_pipeline || prop::to_json(a.pipeline) == prop::to_json(b.pipeline);
 }
 
 json declared_to_json(const Declared& d) {

@@ -266,7 +266,18 @@ struct Graded {
     prop::CaseResult r;
     int step = -1;         // the step of the first failure or error (-1: none, or not tied to a step)
     bool outputs = false;  // the case's property grades outputs (headroom means something)
+    // Outside the declaration: not graded and no verdict, counted apart (docs/vectors.md). `needs` says why;
+    // `exported` is false for a case export left out.
+    bool outside = false, exported = true;
+    std::vector<std::string> needs;
+    bool skipped = false;  // no results although the results declare what the case needs (an ERROR)
 };
+
+std::string joined(const std::vector<std::string>& words) {
+    std::string s;
+    for (const std::string& w : words) s += (s.empty() ? "" : ", ") + w;
+    return s;
+}
 
 Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_dir) {
     Graded g;
@@ -279,9 +290,9 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
     // declaration whether or not results were written (the plugin route says the same, before running it).
     const prop::Pipeline& pipeline = res.declared.pipeline;
     if (pipeline.q == KVC_ROUND_Q8_0 && vc.c.cfg.head_dim % 32 != 0) {
-        g.r.verdict = prop::Verdict::NotSupported;
-        g.r.reason = "needs head_dim " + std::to_string(vc.c.cfg.head_dim) +
-                     " not a multiple of 32 (the declared q8_0 query rounding quantizes q in blocks of 32)";
+        g.outside = true;
+        g.needs = {"head_dim " + std::to_string(vc.c.cfg.head_dim) +
+                   " not a multiple of 32 (the declared q8_0 query rounding quantizes q in blocks of 32)"};
         return g;
     }
     const fs::path stp = results_dir / (vc.stem + ".safetensors"), jsp = results_dir / (vc.stem + ".json");
@@ -295,17 +306,18 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
             need.features = p->feature;
             missing = prop::missing_caps(need, caps);
         }
-        std::ostringstream m;
         if (!missing.empty()) {
-            g.r.verdict = prop::Verdict::NotSupported;
-            m << "needs";
-            for (size_t k = 0; k < missing.size(); ++k) m << (k ? ", " : " ") << missing[k];
-        } else {
-            g.r.verdict = prop::Verdict::Error;
-            m << "no results (" << stp.filename().string() << " and " << jsp.filename().string()
-              << " are missing) although the implementation declares every capability the case needs";
+            g.outside = true;
+            g.needs = missing;
+            return g;
         }
-        g.r.reason = m.str();
+        // Skipped by the driver, not outside the declaration: a driver for an older vectors format skips (or
+        // fails on) append_batch steps while its manifest still declares "batch".
+        g.r.verdict = prop::Verdict::Error;
+        g.skipped = true;
+        g.r.reason = "no results (" + stp.filename().string() + " and " + jsp.filename().string() +
+                     " are missing) although the implementation declares every capability the case needs: the "
+                     "driver skipped it";
         return g;
     }
     if (!has_st || !has_js) {
@@ -383,6 +395,7 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
     Vectors vectors;
     Results res;
     std::vector<Graded> all;
+    std::vector<std::string> warnings; // on stderr and in the report: what grade did that the user may not expect
     try {
         if (!fs::is_directory(o.vectors)) throw BadInput(o.vectors + ": not a directory (--vectors)");
         if (!fs::is_directory(o.results)) throw BadInput(o.results + ": not a directory (--results)");
@@ -393,15 +406,31 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
             throw BadInput("cannot write the report: " + why);
         vectors = load_vectors(o.vectors);
         res = load_results(o.results);
+        // Which cases lie outside the declaration must mean one thing for the export and the grade: results that
+        // declare less than the export was given would turn exported cases the driver skipped into cases "outside
+        // the declaration" without a word. Results that declare more change nothing: every exported case is inside.
+        if (vectors.has_declared) {
+            const std::vector<std::string> diff =
+                narrower_declaration(vectors.declared, "the export", res.declared, "the results");
+            if (!diff.empty())
+                throw BadInput((fs::path(o.results) / "manifest.json").string() +
+                               " declares less than the vectors were exported for (" +
+                               (fs::path(o.vectors) / "manifest.json").string() + ", \"declared\"): " + joined(diff) +
+                               ". Write the results manifest with the declaration given to `kvcheck export --caps`, "
+                               "or export again with the results' declaration");
+            if (vectors.declared.has_pipeline && !same_pipeline(vectors.declared, res.declared))
+                warnings.push_back("the results declare the pipeline " + res.declared.pipeline_text +
+                                   ", the export was given " + vectors.declared.pipeline_text + ": graded for " +
+                                   res.declared.pipeline_text);
+        }
         for (const Refused& rf : vectors.refused) { // outside the declaration the export was given
             Graded g;
             g.r.id = rf.id;
             g.r.property = rf.property;
             g.r.seed = rf.seed;
-            g.r.verdict = prop::Verdict::NotSupported;
-            g.r.reason = "needs";
-            for (size_t k = 0; k < rf.needs.size(); ++k) g.r.reason += (k ? ", " : " ") + rf.needs[k];
-            g.r.reason += " (not exported)";
+            g.outside = true;
+            g.exported = false;
+            g.needs = rf.needs;
             all.push_back(std::move(g));
         }
         for (const VCase& vc : vectors.cases) all.push_back(grade_case(vc, res, o.results));
@@ -424,8 +453,36 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         return ra != rb ? ra < rb : index_of(a.r.id) < index_of(b.r.id);
     });
 
+    // Cases outside the declaration get no verdict: they are counted apart, grouped by what they need.
+    size_t n_outside = 0, n_outside_exported = 0, n_skipped = 0;
+    std::map<std::string, int> outside_by_property;
+    std::vector<std::pair<std::string, std::vector<std::string>>> outside_groups; // "needs ..." -> ids, first seen
+    for (const Graded& g : all) {
+        n_skipped += g.skipped;
+        if (!g.outside) continue;
+        ++n_outside;
+        n_outside_exported += g.exported;
+        ++outside_by_property[g.r.property];
+        const std::string key = "needing " + joined(g.needs) + (g.exported ? " (exported, no results)" : " (not exported)");
+        auto it = std::find_if(outside_groups.begin(), outside_groups.end(),
+                               [&](const auto& x) { return x.first == key; });
+        if (it == outside_groups.end()) it = outside_groups.insert(outside_groups.end(), {key, {}});
+        it->second.push_back(g.r.id);
+    }
+    if (n_outside_exported > 0)
+        warnings.push_back(std::to_string(n_outside_exported) + " exported case" +
+                           (n_outside_exported == 1 ? " has" : "s have") +
+                           " no results and lie outside the results' declaration: not graded (export with --caps "
+                           "to leave them out, or declare what they need and run them)");
+    if (n_skipped > 0)
+        warnings.push_back("the driver wrote no results for " + std::to_string(n_skipped) + " case" +
+                           (n_skipped == 1 ? "" : "s") +
+                           " inside its declaration: each is an ERROR (a driver for an older vectors format skips "
+                           "append_batch steps; see docs/vectors.md)");
+    for (const std::string& w : warnings) err << "kvcheck grade: warning: " << harness::printable(w, true) << "\n";
+
     const prop::Verdict order[] = {prop::Verdict::Pass, prop::Verdict::QualityWarning, prop::Verdict::Fail,
-                                   prop::Verdict::Error, prop::Verdict::NotSupported};
+                                   prop::Verdict::Error};
     constexpr int kVerdictWidth = 15; // QUALITY_WARNING, the longest verdict name
     std::map<std::string, int> counts;
     std::map<std::string, std::map<std::string, int>> by_property;
@@ -435,8 +492,11 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
     size_t width = 8;
     for (const Graded& g : all) width = std::max(width, g.r.id.size());
     out << "kvcheck grade: " << res.name << (res.version.empty() ? "" : " " + res.version) << ", pipeline "
-        << res.declared.pipeline_text << ", " << all.size() << " cases\n";
+        << res.declared.pipeline_text << ", " << all.size() - n_outside << " cases graded";
+    if (n_outside > 0) out << ", " << n_outside << " outside the declaration";
+    out << "\n";
     for (const Graded& g : all) {
+        if (g.outside) continue;
         const char* v = prop::verdict_name(g.r.verdict);
         ++counts[v];
         ++by_property[g.r.property][v];
@@ -456,11 +516,22 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         text.erase(text.find_last_not_of(' ') + 1);
         out << text << "\n";
     }
-    // counts per property, one fixed-width column per verdict
+    if (n_outside > 0) {
+        out << "outside the declaration, not graded: " << n_outside << (n_outside == 1 ? " case" : " cases") << "\n";
+        constexpr size_t kIdsShown = 5;
+        for (const auto& [key, ids] : outside_groups) {
+            out << "  " << ids.size() << " " << key << ":";
+            for (size_t k = 0; k < ids.size() && k < kIdsShown; ++k) out << (k ? ", " : " ") << ids[k];
+            if (ids.size() > kIdsShown) out << " and " << ids.size() - kIdsShown << " more";
+            out << "\n";
+        }
+    }
+    // counts per property, one fixed-width column per verdict, then the cases outside the declaration
     size_t pw = 8;
-    for (const auto& [p, c] : by_property) pw = std::max(pw, p.size());
+    for (const auto& [p, r] : rank) pw = std::max(pw, p.size());
     out << "  " << std::left << std::setw(static_cast<int>(pw)) << "property";
     for (prop::Verdict v : order) out << "  " << std::right << std::setw(kVerdictWidth) << prop::verdict_name(v);
+    out << "  " << std::right << std::setw(kVerdictWidth) << "outside";
     out << "  worst headroom\n";
     std::vector<std::pair<size_t, std::string>> props;
     for (const auto& [p, r] : rank) props.emplace_back(r, p);
@@ -469,20 +540,30 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         out << "  " << std::left << std::setw(static_cast<int>(pw)) << pr.second;
         for (prop::Verdict v : order)
             out << "  " << std::right << std::setw(kVerdictWidth) << by_property[pr.second][prop::verdict_name(v)];
+        out << "  " << std::right << std::setw(kVerdictWidth) << outside_by_property[pr.second];
         out << "  " << worst[pr.second].text() << "\n";
     }
     for (const auto& [n, k] : notes) out << "note (" << k << (k == 1 ? " case" : " cases") << "): " << n << "\n";
     out << std::left << "summary:";
     for (const auto& [v, n] : counts) out << " " << n << " " << v;
-    out << (bad ? "  => NOT CONFORMANT" : "  => every case passes or is not supported") << "\n";
+    out << (bad ? "  => NOT CONFORMANT" : "  => every graded case passes") << "\n";
     const int code = bad ? harness::kExitNotConformant : harness::kExitOk;
 
     try {
         if (!o.report.empty() || !o.junit.empty()) {
-            json cases = json::array();
+            json cases = json::array(), outside = json::array();
             for (const Graded& g : all) {
+                if (g.outside) {
+                    outside.push_back({{"id", g.r.id},
+                                       {"property", g.r.property},
+                                       {"seed", g.r.seed},
+                                       {"needs", g.needs},
+                                       {"exported", g.exported}});
+                    continue;
+                }
                 json j = prop::to_json(g.r);
                 if (g.step >= 0) j["step"] = g.step;
+                if (g.skipped) j["skipped_by_driver"] = true;
                 cases.push_back(j);
             }
             json summary = json::object();
@@ -493,9 +574,11 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
                 for (prop::Verdict v : order) c[prop::verdict_name(v)] = by_property[pr.second][prop::verdict_name(v)];
                 properties.push_back({{"id", pr.second},
                                       {"counts", c},
+                                      {"outside_declaration", outside_by_property[pr.second]},
                                       {"worst_headroom", worst[pr.second].json()}});
             }
-            // The same shape as validate's report, so one JUnit writer (report.hpp) serves both.
+            // The same shape as validate's report, so one JUnit writer (report.hpp) serves both; cases outside the
+            // declaration are not test cases there.
             const json report = {{"kvcheck_grade", 1},
                                  {"kvcheck_version", KVCHECK_VERSION},
                                  {"suite_version", KVCHECK_VERSION},
@@ -509,9 +592,12 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
                                                 {"capabilities", capability_words(res.declared.caps)},
                                                 {"declared", declared_to_json(res.declared)},
                                                 {"properties", properties},
-                                                {"cases", cases}}})},
+                                                {"cases", cases},
+                                                {"outside_declaration", outside}}})},
                                  {"vectors_seed", vectors.seed},
                                  {"summary", summary},
+                                 {"outside_declaration", n_outside},
+                                 {"warnings", warnings},
                                  {"exit_code", code}};
             std::vector<std::pair<std::string, std::string>> files; // both or neither
             if (!o.report.empty()) files.emplace_back(o.report, harness::dump_json(report, 1) + "\n");

@@ -27,7 +27,10 @@ struct Declared {
 // "batch", "paged"), optional "limits" ({"max_layers", "max_q_heads", "max_kv_heads", "max_head_dim",
 // "max_seqs", "max_tokens", "head_dim_multiple", "head_dim_multiple_rope"}: non-negative integers or null; 0 or
 // null = no limit), and the pipeline: "pipeline" (a preset name or an object of stages, prop::pipeline_from_json) or
-// the 1.0 word "precision". Other fields are ignored. Throws std::invalid_argument naming the field and the problem.
+// the 1.0 word "precision". Besides these only "about" (free text) and the results manifest's own fields
+// ("kvcheck_results", "implementation", "version", so that a results manifest serves as a caps file) are accepted:
+// another field is refused, since a misspelt one ("pipelines") would otherwise leave its declaration unread. Throws
+// std::invalid_argument naming the field and the problem.
 Declared declared_from_json(const nlohmann::json& j, bool need_pipeline);
 // The declaration as the vectors manifest echoes it.
 nlohmann::json declared_to_json(const Declared& d);
@@ -35,6 +38,15 @@ nlohmann::json declared_to_json(const Declared& d);
 // Why case c lies outside caps, in words ("dtype bf16", "fork", "head_dim 72 not a multiple of 16 (rope)",
 // "layers 3 > 2"); empty when the case is inside.
 std::vector<std::string> unsupported(const prop::Case& c, const kvc_caps& caps);
+
+// Where the declaration b, named b_name, declares less than a, named a_name: a capability of a that b lacks, a
+// size limit of b below a's, a head_dim multiple of b that a's does not guarantee ("\"batch\": declared by the
+// export, not by the results", "max_head_dim: 256 in the export, 128 in the results"); empty when b declares at least
+// what a does. The pipeline is compared apart (same_pipeline).
+std::vector<std::string> narrower_declaration(const Declared& a, const std::string& a_name, const Declared& b,
+                                              const std::string& b_name);
+// Whether a and b declare the same rounding pipeline (both none counts as the same).
+bool same_pipeline(const Declared& a, const Declared& b);
 
 // The capability words caps declares, in the vocabulary of declared_from_json.
 std::vector<std::string> capability_words(const kvc_caps& caps);

@@ -31,7 +31,8 @@ struct GradeOptions {
     std::string junit;   // JUnit XML ("" = none)
 };
 
-// Returns 0 every case PASS / QUALITY_WARNING / NOT_SUPPORTED, 1 any FAIL or ERROR, 2 a missing or malformed file,
+// Returns 0 every graded case PASS / QUALITY_WARNING (cases outside the declaration get no verdict), 1 any FAIL or
+// ERROR, 2 a missing or malformed file (a results manifest declaring less than the export's --caps included),
 // 3 internal.
 int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err);
 
