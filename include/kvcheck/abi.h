@@ -148,6 +148,13 @@ typedef enum kvc_memory_space { KVC_MEMORY_HOST = 0, KVC_MEMORY_DEVICE = 1 } kvc
                                             freed or reused */
 #define KVC_FEATURE_HEAD_DIM_V (1u << 9) /* config.head_dim_v != head_dim (up to kvc_caps.max_head_dim_v) */
 #define KVC_FEATURE_ROPE_RANGE (1u << 10) /* config.rope_dims: RoPE on a range of the head dims, the rest as given */
+/* fork() shares storage instead of copying it: every full block of kvc_memory.block_size tokens the parent holds in a
+   layer is shared by the child (one reference counted block, counted once in capacity_bytes), and only the partly
+   filled last block of each (sequence, layer) may be copied. Releasing either side frees only the blocks no other
+   sequence still holds. With KVC_FEATURE_FORK; FORK and MEMORY hold the capacity reports to it (docs/conformance.md):
+   a fork grows capacity_bytes by at most one block per layer of the child, and capacity never exceeds the blocks
+   of the fork tree counted once. A cache that copies on fork simply does not declare it. */
+#define KVC_FEATURE_FORK_SHARES (1u << 11)
 
 /* What an implementation supports. Filled by get_caps; the harness never asks for more than is declared, and a
    declared capability that is then refused is an ERROR, never a skip. A limit of 0 means "no limit". */
@@ -173,7 +180,13 @@ typedef struct kvc_caps {
     uint32_t max_window;     /* KVC_FEATURE_WINDOW: the largest window; 0 = no limit */
     uint32_t max_sinks;      /* KVC_FEATURE_SINKS: the largest n_sinks; 0 = no limit */
     uint32_t max_head_dim_v; /* KVC_FEATURE_HEAD_DIM_V: the largest head_dim_v; 0 = max_head_dim applies */
+    /* Parameters the implementation hard-codes (docs/conformance.md, "Fixed parameters"): every case is drawn with
+       them, a case with another value is NOT_SUPPORTED, and the report lists them. 0 = the config's value, any. */
+    float fixed_rope_theta; /* the one RoPE base it rotates with (finite, > 0) */
+    uint32_t fixed_scale;   /* KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM: 1/sqrt(head_dim) whatever config.scale says */
 } kvc_caps;
+
+#define KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM 1u
 
 /* kvc_caps.quant (ABI 1.2). A declared fp8 dtype always takes KVC_SCALE_NONE and a declared INT8_TOKEN always
    takes f32 scales; these bits add the rest. */

@@ -262,7 +262,10 @@ uint64_t live_bytes(const CaseConfig& cfg, const std::vector<std::vector<uint32_
 CacheModel::CacheModel(const CaseConfig& cfg)
     : cfg_(cfg), head_dim_(cfg.head_dim), row_elems_(static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim),
       elem_bytes_(dtype_size(cfg.cache_dtype)), streams_(cfg.max_seqs, std::vector<Stream>(cfg.n_layers)),
-      quantized_(dtype_is_quantized(cfg.cache_dtype)), head_scale_bytes_(scale_bytes_per_head_row(cfg)) {}
+      quantized_(dtype_is_quantized(cfg.cache_dtype)), head_scale_bytes_(scale_bytes_per_head_row(cfg)) {
+    for (auto& seq : streams_)
+        for (Stream& s : seq) s.chain = {{next_instance_++, 0}};
+}
 
 std::vector<std::vector<uint32_t>> CacheModel::lengths() const {
     std::vector<std::vector<uint32_t>> out(streams_.size());
@@ -448,10 +451,58 @@ std::optional<Mismatch> CacheModel::first_changed(uint32_t seq, uint32_t layer, 
     return std::nullopt;
 }
 
-void CacheModel::fork(uint32_t parent, uint32_t child) { streams_.at(child) = streams_.at(parent); }
+void CacheModel::fork(uint32_t parent, uint32_t child) {
+    streams_.at(child) = streams_.at(parent);
+    for (uint32_t layer = 0; layer < cfg_.n_layers; ++layer) {
+        Stream& c = streams_[child][layer];
+        const uint32_t n = c.len;
+        std::vector<Stream::Share> inherited;
+        for (Stream::Share& s : c.shares) // what the parent shares with others, the child now shares too
+            if (!s.released && s.seq != child) {
+                s.rows = std::min(s.rows, n);
+                streams_[s.seq][layer].shares.push_back({child, s.rows, false});
+                inherited.push_back(s);
+            }
+        c.shares = inherited;
+        c.shares.push_back({parent, n, false});
+        streams_[parent][layer].shares.push_back({child, n, false});
+        c.chain.push_back({next_instance_++, n});
+    }
+}
 
 void CacheModel::release(uint32_t seq) {
-    for (Stream& s : streams_.at(seq)) s = Stream{};
+    for (Stream& s : streams_.at(seq)) {
+        s = Stream{};
+        s.chain = {{next_instance_++, 0}};
+    }
+    for (auto& other : streams_)
+        for (Stream& s : other)
+            for (Stream::Share& sh : s.shares)
+                if (sh.seq == seq) sh.released = true;
+}
+
+uint64_t CacheModel::shared_bytes_in_blocks(uint64_t block_tokens) const {
+    const uint64_t b = std::max<uint64_t>(block_tokens, 1);
+    std::vector<std::pair<uint64_t, uint64_t>> blocks; // (owner instance, block index)
+    for (const auto& seq : streams_)
+        for (const Stream& s : seq)
+            for (uint64_t k = 0; k * b < s.len; ++k) {
+                uint64_t owner = s.chain.front().instance;
+                for (const Stream::Segment& g : s.chain)
+                    if (g.start < (k + 1) * b) owner = g.instance;
+                blocks.emplace_back(owner, k);
+            }
+    std::sort(blocks.begin(), blocks.end());
+    const uint64_t n = static_cast<uint64_t>(std::unique(blocks.begin(), blocks.end()) - blocks.begin());
+    return n * b * row_bytes();
+}
+
+std::string CacheModel::sharing_of(uint32_t seq, uint32_t layer, uint32_t pos) const {
+    const Stream::Share* best = nullptr; // a released sibling explains a change best
+    for (const Stream::Share& sh : stream(seq, layer).shares)
+        if (pos < sh.rows && (!best || (sh.released && !best->released))) best = &sh;
+    if (!best) return "";
+    return "shared with sequence " + std::to_string(best->seq) + (best->released ? " until its release" : "");
 }
 
 uint64_t CacheModel::row_bytes() const {

@@ -99,6 +99,11 @@ kvc_caps required_caps(const Case& c) {
         r.max_sinks = c.cfg.n_sinks;
     }
     if (c.cfg.evict) r.features |= KVC_FEATURE_EVICT;
+    // the parameters it uses, as an implementation that hard-codes them would declare them (missing_caps compares)
+    if (c.cfg.rope != KVC_ROPE_NONE) r.fixed_rope_theta = c.cfg.rope_theta;
+    CaseConfig plain = c.cfg;
+    plain.softmax_scale = 0.0f; // 1/sqrt(head_dim), as this harness rounds it
+    if (c.cfg.scale() == plain.scale()) r.fixed_scale = KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM;
     if (c.cfg.n_kv_heads < c.cfg.n_q_heads) r.features |= KVC_FEATURE_GQA;
     r.max_layers = c.cfg.n_layers;
     r.max_q_heads = c.cfg.n_q_heads;
@@ -164,6 +169,14 @@ std::vector<std::string> missing_caps(const kvc_caps& need, const kvc_caps& have
     // ABI 1.2 limits: an older plugin's shorter caps read as 0 there, and it declares no window anyway
     if (need.features & KVC_FEATURE_WINDOW) limit(need.max_window, have.max_window, "window");
     if (need.features & KVC_FEATURE_SINKS) limit(need.max_sinks, have.max_sinks, "sinks");
+    // what it hard-codes: a case with another value (from a replay file, or drawn for another implementation)
+    if (have.fixed_rope_theta > 0 && need.fixed_rope_theta > 0 && need.fixed_rope_theta != have.fixed_rope_theta) {
+        std::ostringstream s;
+        s << "rope_theta " << need.fixed_rope_theta << " (fixed at " << have.fixed_rope_theta << ")";
+        m.push_back(s.str());
+    }
+    if (have.fixed_scale == KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM && need.fixed_scale != KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM)
+        m.push_back("a softmax scale other than 1/sqrt(head_dim) (fixed)");
     return m;
 }
 

@@ -275,6 +275,9 @@ rc::Gen<CaseConfig> config(const ConfigSpace& space) {
                                                                                  200, 601)
                                                                                  .as("log10 rope_theta (1/100)")) /
                                                                               100));
+               // what the implementation hard-codes replaces the draw (drawn anyway: the rest of the case is the same)
+               if (space.allow.fixed_scale == KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM) c.softmax_scale = 0.0f;
+               if (space.allow.fixed_rope_theta > 0) c.rope_theta = space.allow.fixed_rope_theta;
                draw_quantization(space, c);
                draw_windows(space, c);
                return c;
@@ -371,6 +374,7 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                    append_some(child);
                    append_some(parent);
                };
+               uint32_t released_len = 0; // rows the last release freed (its stale fill included)
                // before a release, fill the sequence's tail up to a boundary with extreme rows (stale-slot trap)
                auto release_seq = [&](uint32_t seq, bool then_append) {
                    if (ss.stale_fill) {
@@ -381,6 +385,7 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                    Op op;
                    op.kind = OpKind::Release;
                    op.seq = seq;
+                   released_len = len[seq];
                    len[seq] = 0; // stays usable: the next append restarts it
                    c.ops.push_back(op);
                    if (!then_append) return;
@@ -392,6 +397,45 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                    for (uint32_t s = 0; s < S; ++s)
                        if (live[s] && len[s] > 0) v.push_back(s);
                    return v;
+               };
+               // a release while a fork sibling still shares the blocks (ScriptSpace::release_shared): a cache that
+               // frees them regardless of who holds them hands the survivor's rows to the restarted sequence
+               auto release_while_shared = [&] {
+                   std::vector<uint32_t> empty;
+                   for (uint32_t s = 0; s < S; ++s)
+                       if (len[s] == 0) empty.push_back(s);
+                   for (int guard = 0; empty.size() < 2 && guard < 4; ++guard) {
+                       const std::vector<uint32_t> st = started();
+                       if (st.empty()) break;
+                       const uint32_t s = *rc::gen::elementOf(st).as("released to free a sequence");
+                       release_seq(s, false);
+                       empty.push_back(s);
+                   }
+                   // several full blocks of the hint or of the sizes caches pick (two of 16 at least), with room
+                   // for one more row after
+                   std::vector<uint32_t> lens;
+                   for (uint64_t x : {uint64_t{2} * hint + 1, uint64_t{3} * hint, uint64_t{4} * hint + 1,
+                                      uint64_t{33}, uint64_t{48}, uint64_t{64}, uint64_t{65}, uint64_t{129}})
+                       if (x >= 33 && x < cap) lens.push_back(static_cast<uint32_t>(x));
+                   if (lens.empty() && cap > 2) lens.push_back(cap - 1); // a short max_tokens: as long as it allows
+                   if (empty.size() < 2 || lens.empty()) return;
+                   const uint32_t L = *rc::gen::elementOf(lens).as("length a fork shares before a release");
+                   const size_t at = *rc::gen::inRange<size_t>(0, empty.size()).as("parent sharing a release");
+                   const uint32_t parent = empty[at], child = empty[(at + 1) % empty.size()];
+                   push_append(parent, L);
+                   Op op;
+                   op.kind = OpKind::Fork;
+                   op.seq = parent;
+                   op.child = child;
+                   live[child] = true;
+                   len[child] = len[parent];
+                   c.ops.push_back(op);
+                   const bool child_goes = *rc::gen::arbitrary<bool>().as("release the child (else the parent)");
+                   const uint32_t gone = child_goes ? child : parent, survivor = child_goes ? parent : child;
+                   release_seq(gone, false);
+                   // the restart takes every freed block back (and one block of 16 or the hint more)
+                   push_append(gone, std::min(cap, released_len + std::max(hint, 16u) + 1));
+                   append_some(survivor); // read back (unchanged rows) and attended (EQUIV)
                };
                auto started_with_room = [&] { // fork parents: both sides can be appended to afterwards
                    std::vector<uint32_t> v;
@@ -507,6 +551,7 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                        if (o != s) others.push_back(o);
                    if (!others.empty()) append_some(*rc::gen::elementOf(others).as("another sequence"));
                }
+               if (ss.release_shared) release_while_shared();
                if (ss.shuffle_layers)
                    for (Op& op : c.ops) {
                        if (op.kind != OpKind::Append && op.kind != OpKind::AppendBatch) continue;

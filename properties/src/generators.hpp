@@ -38,6 +38,10 @@ struct ScriptSpace {
     uint32_t min_releases = 0;     // releases every case makes, each followed by an append to the released sequence
     bool stale_fill = false;       // before every release, append extreme rows (SeqAppend::extreme) up to a block
                                    // boundary, so stale tail slots read later change outputs
+    bool release_shared = false;   // at the end: a prompt of several blocks, a fork of it, the release of one side
+                                   // while the other still shares its blocks, a restart of the released side long
+                                   // enough to take back every block it freed, then an append to the survivor
+                                   // (needs fork and release; empties sequences by releases where none is free)
     bool long_script = false;      // LONG: prompts of 2^k, 2^k+-1 and 1k-8k tokens, chunks of 63/64/65 new tokens
                                    // over 511/512/513 cached, decodes past them
 };

@@ -208,4 +208,19 @@ void check_memory_report(const CheckScope& scope, const kvc_memory& m, const Cac
     }
 }
 
+void check_shared_capacity(const CheckScope& scope, const kvc_memory& m, const CacheModel& model) {
+    const uint32_t block = std::max<uint32_t>(m.block_size, 1u);
+    const uint64_t bound = model.shared_bytes_in_blocks(block);
+    if (m.capacity_bytes <= bound) return;
+    Mismatch mm;
+    mm.what = "capacity_bytes";
+    mm.expected = static_cast<double>(bound);
+    mm.actual = static_cast<double>(m.capacity_bytes);
+    scope.fail("reported capacity exceeds the blocks of " + std::to_string(block) + " tokens the sequences need when "
+               "each full block a fork shares is counted once (" + std::to_string(bound / std::max<uint64_t>(
+                   uint64_t{block} * model.row_bytes(), 1)) + " blocks): the cache declares KVC_FEATURE_FORK_SHARES, "
+               "so a shared block is neither counted once per sequence nor copied",
+               mm);
+}
+
 } // namespace kvc::prop

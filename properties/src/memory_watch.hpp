@@ -96,4 +96,9 @@ constexpr int64_t kHostBytesPerDeviceBlock = 64;
 // the reported size, capacity at least the live bytes while nothing can be shared (no fork yet), a sane block size.
 void check_memory_report(const CheckScope& scope, const kvc_memory& m, const CacheModel& model, bool forked);
 
+// KVC_FEATURE_FORK_SHARES: capacity at most the blocks of the reported size that the sequences need when every full
+// block a fork shares is counted once and only partly filled last blocks are copied (CacheModel's
+// shared_bytes_in_blocks).
+void check_shared_capacity(const CheckScope& scope, const kvc_memory& m, const CacheModel& model);
+
 } // namespace kvc::prop

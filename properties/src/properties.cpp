@@ -293,6 +293,7 @@ std::vector<Property> make_properties() {
                           ScriptSpace s = script(a);
                           s.fork = true;
                           s.min_forks = 2; // each at a length around a block boundary, then appends to both sides
+                          s.release_shared = allows(a, KVC_FEATURE_RELEASE); // a release while a sibling shares
                           s.n_seqs = 1;
                           s.min_ops = 4;
                           s.max_ops = 12;
@@ -314,6 +315,7 @@ std::vector<Property> make_properties() {
                           ScriptSpace s = script(a);
                           s.release = true;
                           s.min_releases = 2; // each followed by an append that reuses the sequence
+                          s.release_shared = allows(a, KVC_FEATURE_FORK); // and one while a fork sibling shares
                           s.stale_fill = true;
                           s.n_seqs = 3;
                           s.min_ops = 4;

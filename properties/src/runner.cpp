@@ -76,6 +76,12 @@ rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, in
         allow.features |= limits->features & (KVC_FEATURE_WINDOW | KVC_FEATURE_SINKS | KVC_FEATURE_EVICT);
         allow.max_window = limits->max_window;
         allow.max_sinks = limits->max_sinks;
+        allow.fixed_rope_theta = limits->fixed_rope_theta; // what it hard-codes: every case is drawn with it
+        allow.fixed_scale = limits->fixed_scale;
+        // FORK and RELEASE combine the two operations only where both are declared: a cache with one of them is
+        // judged on it, not given cases that are NOT_SUPPORTED for the other
+        if (p.feature == KVC_FEATURE_FORK || p.feature == KVC_FEATURE_RELEASE)
+            allow.features &= ~((KVC_FEATURE_FORK | KVC_FEATURE_RELEASE) & ~limits->features);
     }
     return p.gen(allow)(rc::Random(case_seed(s.seed, p.id, index)), size_for(s, index));
 }

@@ -23,7 +23,8 @@ public:
     Impl(const Target& target, const CaseConfig& cfg, uint64_t data_seed, const Checks& checks, QueryVariant qv)
         : data_seed_(data_seed), checks_(checks), query_variant_(qv), cfg_(cfg),
           pipeline_(declared_pipeline(target.caps)), scope_{checks.property, -1},
-          watch_(target, cfg_, checks_, scope_, result_), driver_(target.api, scope_, watch_), model_(cfg_) {
+          watch_(target, cfg_, checks_, scope_, result_), driver_(target.api, scope_, watch_), model_(cfg_),
+          fork_shares_((target.caps.features & KVC_FEATURE_FORK_SHARES) != 0 && !cfg_.evict) {
         driver_.create(cfg_.to_abi());
     }
 
@@ -355,11 +356,42 @@ private:
     void fork(const Op& op, std::vector<bool>& touched) {
         touched[op.child] = true;
         forked_ = true;
+        const bool sharing = checks_.fork_shares && fork_shares_;
+        const uint64_t before = sharing ? memory_report().capacity_bytes : 0;
         driver_.fork(op.seq, op.child);
         model_.fork(op.seq, op.child);
+        if (sharing) check_fork_growth(op, before, memory_report());
         if (checks_.fork_shares)
             for (uint32_t l = 0; l < cfg_.n_layers; ++l)
                 compare_rows(op.child, l, "a forked child's rows differ from its parent's");
+    }
+
+    // The cache's memory report; its block size is what the sharing of a failed row is named in.
+    kvc_memory memory_report() {
+        const kvc_memory m = driver_.memory();
+        block_size_ = m.block_size;
+        return m;
+    }
+
+    // KVC_FEATURE_FORK_SHARES: a fork copies at most the partly filled last block of each layer of the child.
+    void check_fork_growth(const Op& op, uint64_t before, const kvc_memory& after) {
+        const uint64_t b = std::max<uint32_t>(after.block_size, 1u);
+        uint64_t partial = 0;
+        for (uint32_t l = 0; l < cfg_.n_layers; ++l) partial += model_.length(op.child, l) % b != 0;
+        const uint64_t allowed = partial * b * model_.row_bytes();
+        if (after.capacity_bytes <= before || after.capacity_bytes - before <= allowed) return;
+        Mismatch m;
+        m.what = "capacity_bytes growth across fork";
+        m.seq = static_cast<int>(op.child);
+        m.expected = static_cast<double>(allowed);
+        m.actual = static_cast<double>(after.capacity_bytes - before);
+        scope_.fail("fork of sequence " + std::to_string(op.seq) + " into " + std::to_string(op.child) +
+                        " grew the reported capacity by " + std::to_string(after.capacity_bytes - before) +
+                        " bytes, more than the " + std::to_string(partial) + " partly filled last block(s) of " +
+                        std::to_string(b) + " tokens it may copy (" + std::to_string(allowed) +
+                        " bytes): the cache declares KVC_FEATURE_FORK_SHARES, so every full block must be shared "
+                        "and counted once, not copied or counted per sequence",
+                    m);
     }
 
     void release(const Op& op, std::vector<bool>& touched) {
@@ -381,7 +413,31 @@ private:
         read_kept(seq, layer, 0, len, gone, {&st.k_bits, &st.v_bits, &st.k_scale_bits, &st.v_scale_bits}, k, v, ks,
                   vs);
         if (const std::optional<Mismatch> m = model_.first_changed(seq, layer, k.data(), v.data(), ks.data(), vs.data()))
-            scope_.fail(reason + (m->what.find("scale") != std::string::npos ? " (a stored scale changed)" : ""), *m);
+            scope_.fail(reason + (m->what.find("scale") != std::string::npos ? " (a stored scale changed)" : "") +
+                            shared_block_clause(seq, layer, static_cast<uint32_t>(std::max(m->pos, 0))),
+                        *m);
+    }
+
+    // Names the block of a changed row that another sequence shares, or shared until it was released: the fork
+    // history is the model's, the block size the cache's own report.
+    std::string shared_block_clause(uint32_t seq, uint32_t layer, uint32_t pos) {
+        if (block_size_ == 0) try {
+                memory_report();
+            } catch (const std::exception&) { // the row is still named, without its block
+            }
+        const std::string sharing = model_.sharing_of(seq, layer, pos);
+        if (sharing.empty()) return "";
+        const uint32_t b = block_size_, first = b ? pos / b * b : pos;
+        const uint32_t last = std::min(b ? first + b : pos + 1, model_.length(seq, layer)) - 1;
+        const std::string changed = "; rows " + std::to_string(first) + ".." + std::to_string(last) +
+                                    " of sequence " + std::to_string(seq) + " layer " + std::to_string(layer) + " (" +
+                                    (b ? "block " + std::to_string(pos / b) + " of " + std::to_string(b) +
+                                             " tokens, "
+                                       : std::string()) +
+                                    sharing + ") changed (first: row " + std::to_string(pos) + ")";
+        if (sharing.find("until its release") == std::string::npos) return changed;
+        return changed + " after that release: the release freed a block the surviving sequence still shares, and "
+                         "its storage was reused";
     }
 
     void check_after_op(const std::vector<bool>& touched) {
@@ -395,7 +451,11 @@ private:
             if (cfg_.evict) // the live bytes count what the cache still holds
                 for (uint32_t seq = 0; seq < cfg_.max_seqs; ++seq)
                     for (uint32_t l = 0; l < cfg_.n_layers; ++l) dropped_rows(seq, l, model_.length(seq, l));
-            check_memory_report(scope_, driver_.memory(), model_, forked_);
+            const kvc_memory m = memory_report();
+            check_memory_report(scope_, m, model_, forked_);
+            if (fork_shares_) check_shared_capacity(scope_, m, model_);
+        } else if (checks_.fork_shares && fork_shares_ && forked_) {
+            check_shared_capacity(scope_, memory_report(), model_);
         }
     }
 
@@ -424,6 +484,8 @@ private:
     std::optional<Mismatch> storage_mismatch_; // the first element read back unlike the appended one, when
                                                // CACHE-CONTENT is off (EQUIV's diagnosis names it)
     bool forked_ = false; // storage may be shared from the first fork on
+    const bool fork_shares_; // the cache declares KVC_FEATURE_FORK_SHARES (not judged for evicting caches)
+    uint32_t block_size_ = 0; // from the cache's last memory report (0: none yet)
 };
 
 Session::Session(const Target& target, const CaseConfig& cfg, uint64_t data_seed, const Checks& checks,

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 
@@ -68,6 +69,8 @@ Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
     need(KVC_FEATURE_FORK, KVC_API_HAS(api, fork), "fork");
     need(KVC_FEATURE_RELEASE, KVC_API_HAS(api, release), "release");
     need(KVC_FEATURE_BATCH, KVC_API_HAS(api, append_attend_batch), "append_attend_batch");
+    // sharing on fork is a promise about fork: without fork there is nothing to hold it to
+    if (!(t.caps.features & KVC_FEATURE_FORK)) t.caps.features &= ~KVC_FEATURE_FORK_SHARES;
     // Before ABI 1.2 the quantized dtypes did not exist: a bit an older table sets there names nothing it knew.
     if (api->abi_minor < 2) {
         t.caps.dtypes &= (1u << KVC_DTYPE_F32) | (1u << KVC_DTYPE_F16) | (1u << KVC_DTYPE_BF16);
@@ -75,6 +78,12 @@ Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
         t.caps.features &= KVC_FEATURE_GQA | KVC_FEATURE_PAGED | KVC_FEATURE_FORK | KVC_FEATURE_RELEASE |
                            KVC_FEATURE_BATCH | KVC_FEATURE_CHUNKED;
     }
+    if (!(t.caps.fixed_rope_theta == 0.0f || (std::isfinite(t.caps.fixed_rope_theta) && t.caps.fixed_rope_theta > 0)))
+        throw LoadError(origin + ": fixed_rope_theta " + std::to_string(t.caps.fixed_rope_theta) +
+                        " is neither 0 (not fixed) nor a finite base > 0");
+    if (t.caps.fixed_scale > KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM)
+        throw LoadError(origin + ": fixed_scale " + std::to_string(t.caps.fixed_scale) +
+                        " is neither 0 (config.scale) nor KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM");
     const uint32_t quantized = (1u << KVC_DTYPE_FP8_E4M3) | (1u << KVC_DTYPE_FP8_E5M2) |
                                (1u << KVC_DTYPE_INT8_TOKEN) | (1u << KVC_DTYPE_Q8_0);
     if ((t.caps.dtypes & quantized) && !KVC_API_HAS(api, read_kv_scales))

@@ -24,6 +24,8 @@
 #define PIPE_OVERCLAIM 6       // every stage in the cache dtype, declares f32: fails
 #define PIPE_KEYS_TRUNCATED 7  // f32, but rotated keys stored rounded toward zero in 16 bits: CACHE-CONTENT fails
 #define PIPE_PROBS_PLAIN 8     // probabilities rounded to the cache dtype before P.V, declares f32: EQUIV fails
+#define PIPE_FIXED_DECL 9      // f32, RoPE base 10000 and scale 1/sqrt(d) hard-coded, declared fixed: passes
+#define PIPE_FIXED_PLAIN 10    // the same arithmetic, not declared: EQUIV (and CACHE-CONTENT on RoPE keys) fail
 
 namespace {
 
@@ -58,11 +60,18 @@ constexpr bool kNewRowsUnrounded = KVC_PIPE_DOUBLE == PIPE_NEW_ROWS_PLAIN || KVC
 
 using Cache = kvc::dbl::Cache<float>;
 
+// What a kernel that hard-codes its parameters computes with, whatever the config says.
+constexpr bool kHardCoded = KVC_PIPE_DOUBLE == PIPE_FIXED_DECL || KVC_PIPE_DOUBLE == PIPE_FIXED_PLAIN;
+float theta_used(const kvc_config& cfg) { return kHardCoded ? 10000.0f : cfg.rope_theta; }
+float scale_used(const kvc_config& cfg) {
+    return kHardCoded ? 1.0f / std::sqrt(static_cast<float>(cfg.head_dim)) : cfg.scale;
+}
+
 void rotate(const kvc_config& cfg, float* x, uint32_t pos) { // float RoPE, f32 angles
     if (cfg.rope == KVC_ROPE_NONE) return;
     const uint32_t d = cfg.head_dim, half = d / 2;
     for (uint32_t j = 0; j < half; ++j) {
-        const float inv = std::pow(cfg.rope_theta, -2.0f * static_cast<float>(j) / static_cast<float>(d));
+        const float inv = std::pow(theta_used(cfg), -2.0f * static_cast<float>(j) / static_cast<float>(d));
         const float a = static_cast<float>(pos) * inv, c = std::cos(a), s = std::sin(a);
         const uint32_t i0 = cfg.rope == KVC_ROPE_NEOX ? j : 2 * j, i1 = cfg.rope == KVC_ROPE_NEOX ? j + half : 2 * j + 1;
         const float x0 = x[i0], x1 = x[i1];
@@ -90,6 +99,10 @@ void get_caps(kvc_caps* out) {
     if (declares) {
         c.pipeline = {st.q, st.rope, st.scores, st.probs, st.accum, st.output, KVC_PIPELINE_DECLARED};
         if (KVC_PIPE_DOUBLE == PIPE_NEW_ROWS_DECL) c.pipeline.flags |= KVC_PIPELINE_NEW_ROWS_UNROUNDED;
+    }
+    if (KVC_PIPE_DOUBLE == PIPE_FIXED_DECL) {
+        c.fixed_rope_theta = 10000.0f;
+        c.fixed_scale = KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM;
     }
     kvc::dbl::put_caps(out, c);
 }
@@ -126,8 +139,8 @@ kvc_status append_attend(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_
             er.d = d;
             er.dtype = c->cfg.cache_dtype;
             er.rope = c->cfg.rope;
-            er.scale = c->cfg.scale;
-            er.theta = c->cfg.rope_theta;
+            er.scale = scale_used(c->cfg);
+            er.theta = theta_used(c->cfg);
             er.pos = before + i;
             er.q = q + (static_cast<size_t>(i) * Hq + h) * d;
             er.k = k_att.data() + static_cast<size_t>(h / group) * d;

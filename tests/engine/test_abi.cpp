@@ -33,7 +33,8 @@ TEST(Abi, DeclaresWhatItDoes) {
     EXPECT_EQ(caps.rope_variants, (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ));
     const uint32_t all = KVC_FEATURE_GQA | KVC_FEATURE_PAGED | KVC_FEATURE_FORK | KVC_FEATURE_RELEASE |
                          KVC_FEATURE_BATCH | KVC_FEATURE_CHUNKED | KVC_FEATURE_WINDOW | KVC_FEATURE_SINKS |
-                         KVC_FEATURE_EVICT; // not HEAD_DIM_V nor ROPE_RANGE: refused (test_window.cpp)
+                         KVC_FEATURE_EVICT | KVC_FEATURE_FORK_SHARES; // not HEAD_DIM_V nor ROPE_RANGE: refused
+                                                                      // (test_window.cpp)
     EXPECT_EQ(caps.features, all);
     EXPECT_EQ(caps.max_window, 0u); // any window, any number of sinks
     EXPECT_EQ(caps.max_sinks, 0u);

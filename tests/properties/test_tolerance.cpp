@@ -193,3 +193,46 @@ TEST(Tolerance, EveryStage16BitDeclaredAsF32FailsAndSaysSo) {
     EXPECT_NE(r->reason.find("exceeds the bound"), std::string::npos) << r->reason;
     EXPECT_NE(r->reason.find("consistent with"), std::string::npos) << r->reason;
 }
+
+// A kernel that hard-codes RoPE base 10000 and the scale 1/sqrt(head_dim) (as single-file engines do) passes when it
+// declares them (kvc_caps.fixed_rope_theta, fixed_scale): every case is drawn with them, and a case with other values
+// is NOT_SUPPORTED naming the fixed value. The same arithmetic undeclared fails: the values are varied on purpose.
+TEST(FixedParameters, HardCodedThetaAndScalePassWhenDeclaredAndFailWhenNot) {
+    const auto fixed = kvc::testing::load_implementation("double-pipe_fixed_decl");
+    for (const char* id : {"EQUIV", "CACHE-CONTENT", "LONG"}) {
+        int passed = 0;
+        const auto r = kvc::testing::first_failure(fixed, id, 60, &passed);
+        EXPECT_FALSE(r.has_value()) << id << ": " << (r ? r->reason : "");
+        EXPECT_GT(passed, 0) << id;
+    }
+    const kvc::prop::Property& equiv = *kvc::prop::find_property("EQUIV");
+    kvc::prop::RunSettings s;
+    s.seed = 20261206;
+    s.cases = 60;
+    int rope = 0;
+    for (int i = 0; i < s.cases; ++i) {
+        const kvc::prop::Case c = kvc::prop::generate_case(equiv, s, i, &fixed.caps);
+        EXPECT_EQ(c.cfg.softmax_scale, 0.0f) << i; // 0: 1/sqrt(head_dim)
+        if (c.cfg.rope != KVC_ROPE_NONE) {
+            ++rope;
+            EXPECT_EQ(c.cfg.rope_theta, 10000.0f) << i;
+        }
+    }
+    EXPECT_GT(rope, 0);
+    // a case drawn for an implementation that fixes nothing, with another base and scale: outside the declaration
+    kvc::prop::Case other = kvc::prop::generate_case(equiv, s, 0, nullptr);
+    other.cfg.rope = KVC_ROPE_NEOX;
+    other.cfg.head_dim = 8;
+    other.cfg.rope_theta = 500000.0f;
+    other.cfg.softmax_scale = 0.5f;
+    const auto missing = kvc::prop::missing_caps(kvc::prop::required_caps(other), fixed.caps);
+    std::string words;
+    for (const auto& w : missing) words += w + "; ";
+    EXPECT_NE(words.find("rope_theta 500000 (fixed at 10000)"), std::string::npos) << words;
+    EXPECT_NE(words.find("softmax scale other than 1/sqrt(head_dim)"), std::string::npos) << words;
+
+    const auto plain = kvc::testing::first_failure(kvc::testing::load_implementation("double-pipe_fixed_plain"),
+                                                   "EQUIV", 60);
+    ASSERT_TRUE(plain.has_value());
+    EXPECT_EQ(plain->failed_property, "EQUIV");
+}

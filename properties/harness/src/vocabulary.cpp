@@ -63,6 +63,8 @@ const std::vector<Word>& feature_words() {
         {KVC_FEATURE_WINDOW, "window", "a sliding window per layer: a query sees only the last W keys (and the sinks)"},
         {KVC_FEATURE_SINKS, "sinks", "attention sinks: the first S tokens stay visible in windowed layers"},
         {KVC_FEATURE_EVICT, "evict", "rows no later query can see are dropped and their memory freed or reused"},
+        {KVC_FEATURE_FORK_SHARES, "fork_shares",
+         "fork shares every full block (counted once); only the partly filled last block of a stream is copied"},
     };
     return w;
 }
@@ -123,6 +125,14 @@ void write_limits(std::ostringstream& s, const nlohmann::json& limits) {
     s << "\n";
 }
 
+// "fixed by ... (every case drawn with it): rope_theta 10000, ..." for the values that are set, or "".
+std::string fixed_line(const nlohmann::json& fixed, const std::string& indent, const char* by) {
+    std::string list;
+    for (const auto& [k, v] : fixed.items())
+        if (!v.is_null()) list += (list.empty() ? " " : ", ") + k + " " + (v.is_string() ? v.get<std::string>() : v.dump());
+    return list.empty() ? "" : indent + "fixed by the " + by + " (every case drawn with it):" + list + "\n";
+}
+
 } // namespace
 
 nlohmann::json caps_to_json(const kvc_caps& caps) {
@@ -148,8 +158,14 @@ nlohmann::json caps_to_json(const kvc_caps& caps) {
               {"head_dim_multiple_rope",
                caps.head_dim_multiple_rope > 1 ? nlohmann::json(caps.head_dim_multiple_rope) : nullptr}}},
             {"pipeline", prop::to_json(prop::declared_pipeline(caps))},
-            {"pipeline_name", prop::pipeline_name(prop::declared_pipeline(caps))}};
+            {"pipeline_name", prop::pipeline_name(prop::declared_pipeline(caps))},
+            // what the implementation hard-codes: every case was drawn with it
+            {"fixed",
+             {{"rope_theta", caps.fixed_rope_theta > 0 ? nlohmann::json(caps.fixed_rope_theta) : nullptr},
+              {"softmax_scale",
+               caps.fixed_scale == KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM ? nlohmann::json("1/sqrt(head_dim)") : nullptr}}}};
 }
+
 
 std::string caps_to_text(const kvc_caps& caps, const std::string& indent) {
     const nlohmann::json j = caps_to_json(caps);
@@ -162,6 +178,7 @@ std::string caps_to_text(const kvc_caps& caps, const std::string& indent) {
     s << indent << "precision pipeline: " << j["pipeline_name"].get<std::string>()
       << "; memory space: " << j["memory_space"].get<std::string>() << "; limits:";
     write_limits(s, j["limits"]);
+    s << fixed_line(j["fixed"], indent, "implementation");
     return s.str();
 }
 
@@ -219,10 +236,7 @@ std::string model_caps_to_text(const kvcm_caps& caps, const std::string& indent)
       << "; rope: " << join(j["rope_variants"].get<std::vector<std::string>>()) << "\n";
     s << indent << "model limits:";
     write_limits(s, j["limits"]);
-    std::string fixed;
-    for (const auto& [k, v] : j["fixed"].items())
-        if (!v.is_null()) fixed += (fixed.empty() ? " " : ", ") + k + " " + v.dump();
-    if (!fixed.empty()) s << indent << "fixed by the engine (every case drawn with it):" << fixed << "\n";
+    s << fixed_line(j["fixed"], indent, "engine");
     return s.str();
 }
 

@@ -7,6 +7,10 @@
 //                                                         Engine::read_kv_scales; false: the table's slot is NULL
 //   static constexpr bool kWindows;                       OPTIONAL, false when absent: it implements sliding
 //                                                         windows, sinks and eviction (ABI 1.2; caps declare them)
+//   static constexpr bool kForkShares;                    OPTIONAL, false when absent: fork shares every full block
+//                                                         (reference counted, counted once) and copies at most the
+//                                                         partly filled last one (caps declare
+//                                                         KVC_FEATURE_FORK_SHARES)
 //   static constexpr const char* kCreateFailed;           last_error(NULL) after create threw
 //   template <class F> static kvc_status guard(Engine&, F&& call);   runs one operation (catches what it may throw)
 //   static kvc_status append_attend(Engine&, seq, layer, n_new, q, k, v, out);
@@ -35,6 +39,11 @@ template <class Ops, class = void>
 struct OpsWindows : std::false_type {};
 template <class Ops>
 struct OpsWindows<Ops, std::void_t<decltype(Ops::kWindows)>> : std::bool_constant<Ops::kWindows> {};
+// Ops::kForkShares, or false where an engine's Ops does not say.
+template <class Ops, class = void>
+struct OpsForkShares : std::false_type {};
+template <class Ops>
+struct OpsForkShares<Ops, std::void_t<decltype(Ops::kForkShares)>> : std::bool_constant<Ops::kForkShares> {};
 
 template <class Ops>
 class AbiTable {
@@ -138,6 +147,7 @@ private:
             c.max_window = 0;
             c.max_sinks = 0;
         }
+        if constexpr (OpsForkShares<Ops>::value) c.features |= KVC_FEATURE_FORK_SHARES;
         // Both engines: q f32 (rotated in double, rounded once), K/V widened from the cache dtype, scores, exp, sums
         // and the V accumulation in f32, split states merged in f32.
         c.precision = KVC_PRECISION_F32;

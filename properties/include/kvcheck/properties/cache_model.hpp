@@ -16,6 +16,9 @@
 //   dropped rows     an evicting cache (docs/windowed-caches.md) drops one run of rows between the sinks and the
 //                    window: (seq, layer) holds rows 0 .. begin-1 and end .. len-1, S <= begin <= end, and every row
 //                    a later query can see (the sinks, CaseConfig::dead_end on) is among them
+//   sharing          which rows each stream holds in common with other sequences since a fork (and whether that
+//                    sibling was released since), and, for a cache that declares KVC_FEATURE_FORK_SHARES, the
+//                    blocks the fork tree needs when every full block is shared and counted once
 #pragma once
 
 #include "kvcheck/properties/case.hpp"
@@ -123,6 +126,21 @@ public:
         std::vector<float> k_raw, v_raw; // quantized: [len][Hkv*d] the rows before quantization (keys rotated by
                                          // the oracle): what the informative quantization loss is measured against
         uint32_t dropped = 0; // evicting caches: rows the cache no longer returns (read_kv says KVC_ERR_EVICTED)
+        // Rows 0 .. rows-1 this stream holds in common with sequence `seq` since a fork (either way, or through a
+        // common ancestor); `released` once that sequence was released after it.
+        struct Share {
+            uint32_t seq = 0, rows = 0;
+            bool released = false;
+        };
+        std::vector<Share> shares;
+        // Who owns the storage of each row under fork sharing: segment i's instance appended rows from its start to
+        // the next segment's start. An instance is one life of one (sequence, layer) stream: a fork starts the
+        // child's at the parent's length, a release a new one at 0.
+        struct Segment {
+            uint64_t instance = 0;
+            uint32_t start = 0;
+        };
+        std::vector<Segment> chain;
     };
 
     explicit CacheModel(const CaseConfig& cfg);
@@ -170,6 +188,14 @@ public:
     // Every stream rounded up to whole blocks; for an evicting cache, the blocks that hold a row a later query can
     // see (the sinks' and the window's) plus one block of slack, at most the whole stream's.
     uint64_t live_bytes_in_blocks(uint64_t block_tokens) const;
+    // The bytes of the blocks of `block_tokens` rows that every stream needs when fork shares each full block of the
+    // parent (counted once however many sequences hold it) and copies only the partly filled last one
+    // (KVC_FEATURE_FORK_SHARES): per stream, block k belongs to the last instance of its chain that started before
+    // the block's end (an earlier one shares it, a later one copied it when it was partly filled).
+    uint64_t shared_bytes_in_blocks(uint64_t block_tokens) const;
+    // Words naming the fork sharing of row `pos` of (seq, layer), e.g. "shared with sequence 1 until its release";
+    // empty when no other sequence shares the row.
+    std::string sharing_of(uint32_t seq, uint32_t layer, uint32_t pos) const;
 
     const CaseConfig& config() const { return cfg_; }
 
@@ -186,6 +212,7 @@ private:
     std::vector<std::vector<Stream>> streams_; // [seq][layer]
     bool quantized_;
     size_t head_scale_bytes_; // scale bytes of one head row (0: not quantized)
+    uint64_t next_instance_ = 0; // Stream::Segment::instance
 };
 
 // Live bytes of the formula for the given lengths [seq][layer].
