@@ -358,11 +358,7 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                    if (free_ids.empty()) return -1;
                    return *rc::gen::elementOf(free_ids).as("fork child");
                };
-               // fork at a length around a block boundary, then append to both sides
-               auto fork_around_boundary = [&](uint32_t parent, uint32_t child) {
-                   const uint32_t target = boundary_at_or_above(hint, len[parent], cap - 1); // room stays after
-                   if (target > len[parent] && (ss.chunked || target - len[parent] == 1))
-                       push_append(parent, target - len[parent]);
+               auto push_fork = [&](uint32_t parent, uint32_t child) { // the child starts as the parent
                    Op op;
                    op.kind = OpKind::Fork;
                    op.seq = parent;
@@ -370,6 +366,13 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                    live[child] = true;
                    len[child] = len[parent];
                    c.ops.push_back(op);
+               };
+               // fork at a length around a block boundary, then append to both sides
+               auto fork_around_boundary = [&](uint32_t parent, uint32_t child) {
+                   const uint32_t target = boundary_at_or_above(hint, len[parent], cap - 1); // room stays after
+                   if (target > len[parent] && (ss.chunked || target - len[parent] == 1))
+                       push_append(parent, target - len[parent]);
+                   push_fork(parent, child);
                    ++forks;
                    append_some(child);
                    append_some(parent);
@@ -423,13 +426,7 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                    const size_t at = *rc::gen::inRange<size_t>(0, empty.size()).as("parent sharing a release");
                    const uint32_t parent = empty[at], child = empty[(at + 1) % empty.size()];
                    push_append(parent, L);
-                   Op op;
-                   op.kind = OpKind::Fork;
-                   op.seq = parent;
-                   op.child = child;
-                   live[child] = true;
-                   len[child] = len[parent];
-                   c.ops.push_back(op);
+                   push_fork(parent, child);
                    const bool child_goes = *rc::gen::arbitrary<bool>().as("release the child (else the parent)");
                    const uint32_t gone = child_goes ? child : parent, survivor = child_goes ? parent : child;
                    release_seq(gone, false);

@@ -220,11 +220,10 @@ kvc_status memory(kvc_cache* h, kvc_memory* out) {
     return KVC_OK;
 }
 
-// The child gets a copy of the parent's rows in every layer (and of its slack rows). As the ABI says, the parent must
-// hold a row in some layer and the child none in any.
+// What the ABI asks of a fork's arguments, for every double: ids in range and distinct, a parent holding a row in
+// some layer, a child holding none in any. Any cache with cfg, streams[seq][layer].len and fail() can use it.
 template <class C>
-kvc_status fork(kvc_cache* h, uint32_t parent, uint32_t child) {
-    C* c = self<C>(h);
+kvc_status check_fork(C* c, uint32_t parent, uint32_t child) {
     if (parent >= c->cfg.max_seqs || child >= c->cfg.max_seqs || parent == child)
         return c->fail(KVC_ERR_INVALID_ARGUMENT, "bad fork");
     bool started = false;
@@ -232,7 +231,15 @@ kvc_status fork(kvc_cache* h, uint32_t parent, uint32_t child) {
         started = started || c->streams[parent][l].len > 0;
         if (c->streams[child][l].len != 0) return c->fail(KVC_ERR_INVALID_ARGUMENT, "child not empty");
     }
-    if (!started) return c->fail(KVC_ERR_INVALID_ARGUMENT, "parent not started");
+    return started ? KVC_OK : c->fail(KVC_ERR_INVALID_ARGUMENT, "parent not started");
+}
+
+// The child gets a copy of the parent's rows in every layer (and of its slack rows). As the ABI says, the parent must
+// hold a row in some layer and the child none in any.
+template <class C>
+kvc_status fork(kvc_cache* h, uint32_t parent, uint32_t child) {
+    C* c = self<C>(h);
+    if (const kvc_status st = check_fork(c, parent, child); st != KVC_OK) return st;
     for (uint32_t l = 0; l < c->cfg.n_layers; ++l) {
         const auto& p = c->streams[parent][l];
         auto& ch = c->streams[child][l];

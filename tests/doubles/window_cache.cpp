@@ -297,14 +297,7 @@ kvc_status memory(kvc_cache* h, kvc_memory* out) {
 
 kvc_status fork(kvc_cache* h, uint32_t parent, uint32_t child) {
     Cache* c = self(h);
-    if (parent >= c->cfg.max_seqs || child >= c->cfg.max_seqs || parent == child)
-        return c->fail(KVC_ERR_INVALID_ARGUMENT, "bad fork");
-    bool started = false;
-    for (uint32_t l = 0; l < c->cfg.n_layers; ++l) {
-        started = started || c->streams[parent][l].len > 0;
-        if (c->streams[child][l].len != 0) return c->fail(KVC_ERR_INVALID_ARGUMENT, "child not empty");
-    }
-    if (!started) return c->fail(KVC_ERR_INVALID_ARGUMENT, "parent not started");
+    if (const kvc_status st = kvc::dbl::check_fork(c, parent, child); st != KVC_OK) return st;
     c->streams[child] = c->streams[parent];
     return KVC_OK;
 }

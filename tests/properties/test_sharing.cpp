@@ -1,4 +1,4 @@
-// Caches whose fork shares blocks (issue 43): FORK and RELEASE release one side of a fork while the other still
+// Caches whose fork shares blocks: FORK and RELEASE release one side of a fork while the other still
 // shares its blocks and then reuse them, and a cache that declares KVC_FEATURE_FORK_SHARES is held to it by FORK and
 // MEMORY. Each rule both ways: the doubles of tests/doubles/shared_block_cache.cpp that break it fail the right
 // property with the cause named, and the correct ones (sharing, or copying and saying so) pass.
