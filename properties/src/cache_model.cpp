@@ -240,6 +240,36 @@ StoredRows expected_new_rows(const CaseConfig& cfg, uint32_t pos_begin, uint32_t
     return r;
 }
 
+namespace {
+
+// The narrowest 16-bit RoPE stage within whose bound every wrong key of a call lies (f16, then bf16), in words, or
+// "" when none holds them all. Real kernels keep cos/sin tables in 16 bits; an implementation that declares an f32
+// rotation but computes one of these is told what to declare rather than suspected of a storage error. Only for an
+// f32 cache: in a 16-bit cache a 16-bit rotation's error is a few of the stored dtype's units and cannot be told
+// from a wrong rounding of the stored value (a cache that truncates f16 keys fits an f16 or a bf16 stage's bound).
+// k_in: the call's keys as appended [n][Hkv*d]; pos0: the position of its first row; wrong: element indices.
+std::string rope_stage_fitting(const CaseConfig& cfg, const float* k_in, uint32_t pos0, const uint8_t* got_k,
+                               const StoredRows& want, const std::vector<size_t>& wrong) {
+    const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim, es = dtype_size(cfg.cache_dtype);
+    for (const uint32_t stage : {KVC_ROUND_F16, KVC_ROUND_BF16}) {
+        if (cfg.cache_dtype != KVC_DTYPE_F32) break;
+        const bool all = std::all_of(wrong.begin(), wrong.end(), [&](size_t e) {
+            const size_t i = e / row;
+            const KeyInterval iv = rotated_key_interval(cfg, stage, k_in + i * row, pos0 + static_cast<uint32_t>(i),
+                                                        static_cast<uint32_t>(e % row), want.rotated[e]);
+            const float got = ref::load_dtype(got_k + e * es, cfg.cache_dtype);
+            return ref::round_to_dtype(iv.lo, cfg.cache_dtype) <= got && got <= ref::round_to_dtype(iv.hi, cfg.cache_dtype);
+        });
+        if (all)
+            return std::string("a RoPE stage in ") + (stage == KVC_ROUND_F16 ? "f16" : "bf16") +
+                   " (cos and sin, or the rotation's products, rounded to it): declare that stage in the pipeline "
+                   "if it is what the implementation computes";
+    }
+    return "";
+}
+
+} // namespace
+
 std::string stored_row_reason(const CaseConfig& cfg, const char* source, const Mismatch& m) {
     return std::string(source) + " " + m.what + " differs from the appended value rounded to " +
            dtype_name(cfg.cache_dtype) +
@@ -295,6 +325,7 @@ std::optional<Mismatch> CacheModel::store(uint32_t seq, uint32_t layer, uint32_t
         return store_quantized(s, seq, layer, n, k_in, v_in, want, got_k, got_v, got_k_scales, got_v_scales,
                                rope_stage, why);
     std::optional<Mismatch> first;
+    std::vector<size_t> wrong_keys; // elements of this call whose key is not acceptable
     for (uint32_t i = 0; i < n; ++i)
         for (size_t x = 0; x < row_elems_; ++x) {
             const size_t e = i * row_elems_ + x;
@@ -310,16 +341,22 @@ std::optional<Mismatch> CacheModel::store(uint32_t seq, uint32_t layer, uint32_t
             const bool v_ok = std::memcmp(want.v_bits.data() + e * elem_bytes_, gv_bits, elem_bytes_) == 0;
             s.k_eff.push_back(k_ok ? gk : want.k[e]);
             s.v_eff.push_back(want.v[e]);
+            if (!k_ok) wrong_keys.push_back(e);
             if ((k_ok && v_ok) || first) continue;
             first = at_element(!k_ok ? "k" : "v", seq, layer, (static_cast<size_t>(s.len) + i) * row_elems_ + x);
             first->expected = !k_ok ? want.k[e] : want.v[e];
             first->actual = !k_ok ? gk : gv;
         }
+    if (first && first->what == "k" && cfg_.rope != KVC_ROPE_NONE)
+        first->consistent_with = rope_stage_fitting(cfg_, k_in, s.len, got_k, want, wrong_keys);
     const size_t bytes = static_cast<size_t>(n) * row_elems_ * elem_bytes_;
     s.k_bits.insert(s.k_bits.end(), got_k, got_k + bytes);
     s.v_bits.insert(s.v_bits.end(), got_v, got_v + bytes);
     s.len += n;
-    if (first && why) *why = stored_row_reason(cfg_, "read-back", *first);
+    if (first && why) {
+        *why = stored_row_reason(cfg_, "read-back", *first);
+        if (!first->consistent_with.empty()) *why += "; every such key is consistent with " + first->consistent_with;
+    }
     return first;
 }
 

@@ -56,9 +56,16 @@ bool stored_key_acceptable(const CaseConfig& cfg, uint32_t rope_stage, const flo
     if (!std::isfinite(got)) return false;
     const bool f32_rotation =
         rope_stage == KVC_ROUND_F32 || (rope_stage == KVC_ROUND_CACHE && cfg.cache_dtype == KVC_DTYPE_F32);
-    if (!f32_rotation)
+    if (!f32_rotation) {
+        // two units of the stage's dtype where it is wider than the cache's: a rotation in f16 stored in f32 is
+        // off by f16 units, not f32 ones
+        const double u_stage = rope_stage == KVC_ROUND_F16 ? 0x1p-10 : rope_stage == KVC_ROUND_BF16 ? 0x1p-7 : 0.0;
+        const double u_cache = cfg.cache_dtype == KVC_DTYPE_F32 ? 0x1p-23 : cfg.cache_dtype == KVC_DTYPE_F16 ? 0x1p-10
+                                                                                                       : 0x1p-7;
+        const double wider = 2.0 * std::max(0.0, u_stage - u_cache) * pair_error(cfg, k_in, pos, element).m;
         return std::fabs(static_cast<double>(got) - ref::round_to_dtype(rotated, cfg.cache_dtype)) <=
-               stored_key_bound(cfg, k_in, pos, element);
+               stored_key_bound(cfg, k_in, pos, element) + wider;
+    }
     // the f32 rotation's error, plus the oracle's own rounding to float and the casts below (2^-24 each)
     const double err =
         pair_error(cfg, k_in, pos, element).f32_rotation + 3.0 * 0x1p-24 * std::fabs(rotated) + 0x1p-149;

@@ -88,7 +88,7 @@ OutputVerdict grade_call_outputs(const CacheModel& model, uint32_t seq, uint32_t
     v.where.expected = v.grade.worst.expected;
     v.where.actual = v.grade.worst.actual;
     v.reason = v.grade.message;
-    if (storage_mismatch) v.reason += storage_error_clause(cfg.cache_dtype, *storage_mismatch);
+    if (storage_mismatch) v.reason += storage_error_clause(cfg.cache_dtype, cfg.rope, *storage_mismatch);
     return v;
 }
 

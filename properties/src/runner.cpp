@@ -92,20 +92,27 @@ Case generate_case(const Property& p, const RunSettings& s, int index, const kvc
     return shrinkable_case(p, s, index, limits).value();
 }
 
-CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
+std::optional<CaseResult> outside_declaration(const kvc_caps& caps, const Property& p, const Case& c) {
+    const auto missing = missing_caps(required_caps(c), caps);
+    if (missing.empty() && (!p.feature || (caps.features & p.feature))) return std::nullopt;
     CaseResult r;
     r.property = p.id;
     r.counterexample = c;
-    const auto missing = missing_caps(required_caps(c), t.caps);
-    if (!missing.empty() || (p.feature && !(t.caps.features & p.feature))) {
-        r.verdict = Verdict::NotSupported;
-        std::ostringstream m;
-        m << "needs";
-        for (const auto& x : missing) m << " " << x;
-        if (missing.empty()) m << " the feature this property is about";
-        r.reason = m.str();
-        return r;
-    }
+    r.verdict = Verdict::NotSupported;
+    r.outside_declaration = true;
+    std::ostringstream m;
+    m << "needs";
+    for (const auto& x : missing) m << " " << x;
+    if (missing.empty()) m << " the feature this property is about";
+    r.reason = m.str();
+    return r;
+}
+
+CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
+    if (std::optional<CaseResult> outside = outside_declaration(t.caps, p, c)) return std::move(*outside);
+    CaseResult r;
+    r.property = p.id;
+    r.counterexample = c;
     try {
         Case declared = c; // the q8_0 rounding the implementation declares decides the codes its cache must hold
         declared.cfg.q8_0_rounding = declared_pipeline(t.caps).q8_0_rounding;
@@ -299,6 +306,8 @@ nlohmann::json to_json(const CaseResult& r) {
     if (!r.failed_property.empty()) j["failed_property"] = r.failed_property;
     if (r.mismatch) j["mismatch"] = to_json(*r.mismatch);
     if (r.out_of_memory) j["out_of_memory"] = true;
+    if (r.outside_declaration) j["outside_declaration"] = true;
+    if (!r.model_case.is_null()) j["model_case"] = r.model_case;
     if (r.quant_loss >= 0) j["quantization_loss"] = json_number(r.quant_loss); // absent: not a quantized case
     if (r.verdict == Verdict::Fail) {
         j["counterexample"] = to_json(r.counterexample);
@@ -325,6 +334,12 @@ CaseResult case_result_from_json(const nlohmann::json& j) {
         r.failed_property = j.value("failed_property", "");
         if (j.contains("mismatch")) r.mismatch = mismatch_from_json(j["mismatch"]);
         r.out_of_memory = j.value("out_of_memory", false);
+        r.outside_declaration = j.value("outside_declaration", false);
+        if (r.outside_declaration && r.verdict != Verdict::NotSupported)
+            throw std::invalid_argument("case result: a case outside the declaration has no verdict but NOT_SUPPORTED");
+        if (j.contains("model_case") && !j["model_case"].is_object())
+            throw std::invalid_argument("\"model_case\" is not an object");
+        if (j.contains("model_case")) r.model_case = j["model_case"];
         r.quant_loss = j.contains("quantization_loss") ? number_or(j, "quantization_loss", -1.0) : -1.0;
         if (j.contains("counterexample")) r.counterexample = case_from_json(j["counterexample"]);
         return r;

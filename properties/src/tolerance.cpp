@@ -230,6 +230,9 @@ double element_bound(const CaseConfig& cfg, const Pipeline& p, const Expected& e
 
 struct Scan {
     double headroom = 0, error = 0, allowed = 0;
+    // sum over the outputs of (error / allowed)^2: how much error there is in all, each element in units of its own
+    // bound (what a hypothesis about the cause must explain, not only the worst element)
+    double squared = 0;
     bool bad = false; // a NaN or an infinity
     Worst worst;
 };
@@ -253,6 +256,7 @@ Scan scan(const CaseConfig& cfg, const Pipeline& p, const float* actual, const E
                 if (r.bad) continue;
                 const double err = std::fabs(actual[o] - want) / vs;
                 const double allowed = std::max(element_bound(cfg, p, e, o, e.visible[i]) / vs, floor);
+                r.squared += (err / allowed) * (err / allowed);
                 if (err / allowed > r.headroom) {
                     r.headroom = err / allowed;
                     r.error = err;
@@ -328,9 +332,15 @@ Grade grade_outputs(const CaseConfig& cfg, const Pipeline& declared, const float
       << pipeline_name(declared) << " at token " << g.worst.token << ", head " << g.worst.head << ", dim "
       << g.worst.dim << ": expected " << g.worst.expected << ", got " << g.worst.actual;
     // Name a likely cause only when it explains the error: the same pipeline over new rows attended before their
-    // rounding, or a narrower pipeline whose bound the error fits while using a fair share of it.
+    // rounding, or a narrower pipeline whose bound the error fits while using a fair share of it. The first
+    // hypothesis moves the expected outputs, so fitting the bound is not enough: an error of another cause that
+    // lies just above the bound can fall under it by chance. It must also account for most of the error in all
+    // (the squared errors, each in units of its bound, at least halved).
+    const auto explains = [&](const Scan& under) {
+        return !under.bad && under.headroom <= 1.0 && under.squared <= 0.5 * mine.squared;
+    };
     if (unrounded_new_rows && !declared.new_rows_unrounded && cfg.cache_dtype != KVC_DTYPE_F32 &&
-        scan(cfg, declared, actual, *unrounded_new_rows).headroom <= 1.0) {
+        explains(scan(cfg, declared, actual, *unrounded_new_rows))) {
         if (dtype_is_quantized(cfg.cache_dtype))
             m << "; the chunk's new rows were attended before quantization to " << dtype_name(cfg.cache_dtype)
               << " (the cache stores them quantized, so outputs depend on how a prompt is chunked); declare "
@@ -341,12 +351,17 @@ Grade grade_outputs(const CaseConfig& cfg, const Pipeline& declared, const float
               << "is chunked); declare KVC_PIPELINE_NEW_ROWS_UNROUNDED if that is intended";
     } else if (name_pipelines && wide && cfg.cache_dtype != KVC_DTYPE_F32 && !dtype_is_quantized(cfg.cache_dtype)) {
         // every narrower pipeline whose bound the error fits while using a fair share of it (16-bit stages are
-        // hard to tell apart from one another by outputs alone, so all that fit are named)
-        std::string fits;
+        // hard to tell apart from one another by outputs alone, so all that fit are named), the one whose bound the
+        // error fills most first: the narrowest explanation
+        std::vector<std::pair<double, std::string>> fitting;
         for (const auto& [cand, words] : candidates(cfg.cache_dtype)) {
             const double h = scan(cfg, cand, actual, e).headroom;
-            if (h <= 1.0 && h >= 0.02) fits += (fits.empty() ? "" : "; or ") + words;
+            if (h <= 1.0 && h >= 0.02) fitting.emplace_back(h, words);
         }
+        std::stable_sort(fitting.begin(), fitting.end(),
+                         [](const auto& a, const auto& b) { return a.first > b.first; });
+        std::string fits;
+        for (const auto& f : fitting) fits += (fits.empty() ? "" : "; or ") + f.second;
         if (!fits.empty())
             m << "; the error is consistent with " << fits << ", while the implementation declares the f32 pipeline";
     }

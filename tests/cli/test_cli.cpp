@@ -142,14 +142,41 @@ TEST_F(Cli, NothingRunnableIsNotConformant) {
     EXPECT_NE(r.out.find("overall: NOT CONFORMANT"), std::string::npos) << r.out;
 }
 
+// Cases that need what the implementation does not declare test nothing: they get no verdict, start no process, and
+// are counted apart (the table's "outside" column, the report's outside_declaration), so a narrow declaration does not
+// show as a wall of NOT_SUPPORTED.
+TEST_F(Cli, CasesOutsideTheDeclarationAreCountedApartAndStartNoProcess) {
+    const Outcome r = kvcheck("validate " + plugin("declares_nothing") + " --cases 5 --report report.json");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    EXPECT_NE(r.out.find("(0 cases, 55 outside the declaration; seed"), std::string::npos) << r.out;
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("\nBATCH( +0){7} +5 +- +not declared\n"))) << r.out;
+    const nlohmann::json rep = json_file("report.json");
+    EXPECT_EQ(rep.at("outside_declaration"), 55);
+    EXPECT_EQ(rep.at("run").at("case_processes"), 0);
+    for (const auto& [verdict, n] : rep.at("counts").items()) EXPECT_EQ(n, 0) << verdict;
+    const auto& impl = rep.at("implementations").at(0);
+    EXPECT_TRUE(impl.at("cases").empty());
+    ASSERT_EQ(impl.at("outside_declaration").size(), 55u);
+    EXPECT_EQ(impl.at("outside_declaration").at(0).at("reason"), "needs dtype f32");
+    for (const auto& p : impl.at("properties")) EXPECT_EQ(p.at("outside_declaration"), 5) << p.dump();
+
+    // one undeclared feature: its property is "not declared" beside a conformant rest
+    const Outcome e = kvcheck("validate --builtin example --filter '^(EQUIV|BATCH)/' --cases 3 --report e.json");
+    EXPECT_EQ(e.rc, 0) << e.all();
+    EXPECT_NE(e.out.find("overall: CONFORMANT (3 cases: 3 PASS, 3 outside the declaration; seed"), std::string::npos)
+        << e.out;
+    EXPECT_EQ(json_file("e.json").at("run").at("case_processes"), 3);
+}
+
 TEST_F(Cli, CorrectPluginIsConformant) {
     const Outcome r = kvcheck("validate " + plugin("correct") + " --cases 20 --report report.json --junit junit.xml");
     EXPECT_EQ(r.rc, 0) << r.all();
     EXPECT_NE(r.out.find("seed 20261129"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("overall: CONFORMANT"), std::string::npos) << r.out;
-    // table rows: property, PASS, then FAIL 0 ..., the worst headroom ("-" or "0.123 (ID/N)") and result ok
+    // table rows: property, PASS, then FAIL 0 ..., none outside the declaration, the worst headroom ("-" or
+    // "0.123 (ID/N)") and result ok
     for (const char* id : {"EQUIV", "CACHE-CONTENT", "APPEND-ONLY", "NO-Q", "MEMORY", "GQA"})
-        EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string("\n") + id + " +[1-9][0-9]* +0 +[0-9]+ +[0-9]+ +0 +0 +0 +"
+        EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string("\n") + id + " +[1-9][0-9]* +0 +[0-9]+ +[0-9]+ +0 +0 +0 +0 +"
                                                         "(-|[0-9.]+ \\([^)]+\\)) +ok\n")))
             << id << "\n" << r.out;
     const nlohmann::json rep = json_file("report.json");
@@ -379,7 +406,7 @@ TEST_F(Cli, VerdictTableCountColumnsHaveOneFixedWidth) {
     ASSERT_EQ(table.size(), 3u) << r.out;
     // where each verdict name ends in the header: right-aligned counts end there too
     std::vector<std::size_t> ends;
-    for (const char* v : {"PASS", "FAIL", "NOT_SUPPORTED", "QUALITY_WARNING", "ERROR", "CRASH", "TIMEOUT"}) {
+    for (const char* v : {"PASS", "FAIL", "NOT_SUPPORTED", "QUALITY_WARNING", "ERROR", "CRASH", "TIMEOUT", "outside"}) {
         const std::size_t at = table[0].find(std::string(" ") + v + " ");
         ASSERT_NE(at, std::string::npos) << v << "\n" << table[0];
         ends.push_back(at + 1 + std::string(v).size());
@@ -485,8 +512,19 @@ TEST_F(Cli, JsonAndJunitReportsAreValidAndAgree) {
     EXPECT_EQ(elements(x, "failure"), count_of(rep, "FAIL"));
     EXPECT_EQ(elements(x, "skipped"), count_of(rep, "NOT_SUPPORTED"));
     EXPECT_GT(elements(x, "failure"), 0);
-    EXPECT_GT(elements(x, "skipped"), 0) << "the double does not declare batch: BATCH cases are skipped";
-    EXPECT_EQ(x.elements.at("testsuite"), static_cast<int>(impl.at("properties").size()));
+    // the double does not declare batch: BATCH's cases lie outside the declaration, no test case and no verdict
+    EXPECT_GT(rep.at("outside_declaration").get<int>(), 0);
+    EXPECT_EQ(impl.at("outside_declaration").size(), rep.at("outside_declaration").get<std::size_t>());
+    for (const auto& c : impl.at("outside_declaration")) EXPECT_EQ(c.at("property"), "BATCH") << c.dump();
+    EXPECT_EQ(xml.find("BATCH/"), std::string::npos) << xml;
+    int properties_with_cases = 0; // a testsuite per property that has a case with a verdict
+    for (const auto& p : impl.at("properties"))
+        for (const auto& [verdict, n] : p.at("counts").items())
+            if (n.get<int>() > 0) {
+                ++properties_with_cases;
+                break;
+            }
+    EXPECT_EQ(x.elements.at("testsuite"), properties_with_cases);
     EXPECT_NE(xml.find("<testsuite name=\"EQUIV\""), std::string::npos);
 }
 

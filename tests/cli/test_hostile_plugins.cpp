@@ -96,6 +96,20 @@ protected:
         return cases;
     }
 
+    // One EQUIV case of `plugin` (its --plugin option), validated with `options` besides: exit 1, a readable report,
+    // the case an ERROR. Sets `impl` to the report's implementation for the caller's own assertions; call it through
+    // ASSERT_NO_FATAL_FAILURE, since without a report there is nothing left to assert.
+    void one_case_an_error(const std::string& plugin, const std::string& options, nlohmann::json& impl) {
+        const Outcome r =
+            kvcheck("validate " + plugin + " --filter '^EQUIV/0$' --cases 1" + options + " --report report.json");
+        EXPECT_EQ(r.rc, 1) << r.all();
+        const nlohmann::json rep = report();
+        ASSERT_FALSE(rep.is_discarded()) << r.all();
+        impl = rep.at("implementations").at(0);
+        const auto& c = impl.at("cases").at(0);
+        EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
+    }
+
     fs::path dir_;
 };
 
@@ -371,14 +385,10 @@ TEST_F(Hostile, ARuntimeThatIsThePluginItselfIsRefused) {
 // --memory-limit 1G, which makes its cases ERROR naming the limit.
 TEST_F(Hostile, TheMemoryLimitMakesAnErrorNamingIt) {
     if (const char* why = address_limit_impossible()) GTEST_SKIP() << why;
-    const Outcome r = kvcheck("validate " + hostile("hog") +
-                              " --filter '^EQUIV/0$' --cases 1 --memory-limit 1G --report report.json");
-    EXPECT_EQ(r.rc, 1) << r.all();
-    const nlohmann::json rep = report();
-    ASSERT_FALSE(rep.is_discarded()) << r.all();
-    EXPECT_EQ(rep.at("implementations").at(0).at("memory_limit_bytes"), 1ull << 30);
-    const auto& c = rep.at("implementations").at(0).at("cases").at(0);
-    EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
+    nlohmann::json impl;
+    ASSERT_NO_FATAL_FAILURE(one_case_an_error(hostile("hog"), " --memory-limit 1G", impl));
+    EXPECT_EQ(impl.at("memory_limit_bytes"), 1ull << 30);
+    const auto& c = impl.at("cases").at(0);
     EXPECT_NE(c.at("reason").get<std::string>().find("exceeded its memory limit of 1 GiB"), std::string::npos)
         << c.dump();
 
@@ -390,13 +400,9 @@ TEST_F(Hostile, TheMemoryLimitMakesAnErrorNamingIt) {
 // default limit: the reason quotes the engine, and the limit appears only as a note saying it was not the cause.
 TEST_F(Hostile, AnEnginesOwnOutOfMemoryIsQuotedNotBlamedOnTheLimit) {
     if (const char* why = address_limit_impossible()) GTEST_SKIP() << why;
-    const Outcome r = kvcheck("validate " + double_plugin("context_full") +
-                              " --filter '^EQUIV/0$' --cases 1 --report report.json");
-    EXPECT_EQ(r.rc, 1) << r.all();
-    const nlohmann::json rep = report();
-    ASSERT_FALSE(rep.is_discarded()) << r.all();
-    const auto& c = rep.at("implementations").at(0).at("cases").at(0);
-    EXPECT_EQ(c.at("verdict"), "ERROR") << c.dump();
+    nlohmann::json impl;
+    ASSERT_NO_FATAL_FAILURE(one_case_an_error(double_plugin("context_full"), "", impl));
+    const auto& c = impl.at("cases").at(0);
     const std::string reason = c.at("reason").get<std::string>();
     EXPECT_EQ(reason.find("exceeded its memory limit"), std::string::npos) << reason;
     EXPECT_NE(reason.find("create failed (OUT_OF_MEMORY): context full: all 4096 blocks are taken"),

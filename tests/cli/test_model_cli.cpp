@@ -1,8 +1,8 @@
 // The model level through the command line (issue 11): `kvcheck validate --plugin` finds which tables a plugin
 // exports and runs the matching properties through the same harness as the operation level — one verdict
-// vocabulary (CRASH and TIMEOUT included), the level in the verdict table and the reports, replay files keyed by the
-// case seed, the documented exit codes. The plugins: our model engine (both levels in one .so), the C example
-// (model level only) and the doubles of tests/model_level/doubles.
+// vocabulary (CRASH and TIMEOUT included), the level in the verdict table and the reports, failures shrunk, replay
+// files carrying the case as run (the shrunk one) and its case seed, the documented exit codes. The plugins: our
+// model engine (both levels in one .so), the C example (model level only) and the doubles of tests/model_level/doubles.
 #include "cli_rig.hpp"
 
 #include <gtest/gtest.h>
@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iostream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -53,6 +55,12 @@ protected:
             if (c["property"] == property) v.insert(c["verdict"].get<std::string>());
         return v;
     }
+    // a property's cases outside the declaration: no verdict, counted apart
+    int outside(const nlohmann::json& r, const std::string& property) const {
+        for (const auto& p : r["implementations"][0]["properties"])
+            if (p["id"] == property) return p["outside_declaration"].get<int>();
+        return -1;
+    }
 
     fs::path dir_;
 };
@@ -92,7 +100,8 @@ TEST_F(ModelCli, ModelEngineIsConformantAtTheModelLevelEveryProperty) {
     const nlohmann::json j = report();
     EXPECT_EQ(j["run"]["levels"], nlohmann::json::array({"model"}));
     EXPECT_EQ(j["implementations"][0]["properties"].size(), 7u);
-    EXPECT_EQ(verdicts(j, "MODEL-KV"), times(4, "NOT_SUPPORTED"));
+    EXPECT_TRUE(verdicts(j, "MODEL-KV").empty());
+    EXPECT_EQ(outside(j, "MODEL-KV"), 4);
     EXPECT_EQ(verdicts(j, "MODEL-FORK"), times(4, "PASS"));
 }
 
@@ -105,7 +114,8 @@ TEST_F(ModelCli, TheCExampleIsConformantAndOnlyTheModelLevelRuns) {
     EXPECT_EQ(j["implementations"][0]["levels"], nlohmann::json::array({"model"}));
     EXPECT_EQ(j["implementations"][0]["name"], "model-example-c");
     EXPECT_EQ(verdicts(j, "MODEL-KV"), times(4, "PASS"));
-    EXPECT_EQ(verdicts(j, "MODEL-FORK"), times(4, "NOT_SUPPORTED"));
+    EXPECT_TRUE(verdicts(j, "MODEL-FORK").empty());
+    EXPECT_EQ(outside(j, "MODEL-FORK"), 4);
     EXPECT_NE(read_file(dir_ / "r.xml").find("MODEL-LOGITS"), std::string::npos);
 }
 
@@ -128,7 +138,7 @@ TEST_P(ModelCliDoubles, FailTheRightPropertyAndReplay) {
     const std::multiset<std::string> v = verdicts(j, b.property);
     EXPECT_GT(v.count("FAIL"), 0u) << r.out;
     EXPECT_EQ(v.count("FAIL") + v.count("PASS"), v.size()) << r.out; // nothing but the bug
-    // the first failing case: its replay file, keyed by the case seed, reproduces it; the C example passes it
+    // the first failing case: its replay file reproduces it; the C example passes it
     nlohmann::json failed;
     for (const auto& c : j["implementations"][0]["cases"])
         if (c["verdict"] == "FAIL") {
@@ -137,14 +147,26 @@ TEST_P(ModelCliDoubles, FailTheRightPropertyAndReplay) {
         }
     ASSERT_TRUE(failed.contains("replay_file")) << failed.dump();
     EXPECT_EQ(failed["level"], "model");
+    // the first failure is shrunk, and the report, the replay file and the printed text carry the shrunk case
+    EXPECT_GT(failed["shrink_steps"].get<int>(), 0) << failed.dump();
+    EXPECT_NE(failed["reason"].get<std::string>().find("shrunk in "), std::string::npos) << failed.dump();
+    ASSERT_TRUE(failed.contains("model_case")) << failed.dump();
+    EXPECT_NE(r.out.find(failed["counterexample_text"].get<std::string>()), std::string::npos) << r.out;
     const std::string file = failed["replay_file"].get<std::string>();
     const nlohmann::json doc = nlohmann::json::parse(read_file(dir_ / file));
     EXPECT_EQ(doc["level"], "model");
     EXPECT_EQ(doc["seed"], failed["seed"]);
+    EXPECT_EQ(doc["case"], failed["model_case"]);
+    EXPECT_EQ(doc["shrink_steps"], failed["shrink_steps"]);
+    // the replay runs the shrunk case, says so, and fails it the same way
     const Outcome again = kvcheck("replay " + quote(file) + " " + model_double(b.name));
     EXPECT_EQ(again.rc, 1) << again.all();
     EXPECT_NE(again.out.find("verdict: FAIL"), std::string::npos) << again.out;
-    EXPECT_NE(again.out.find(failed["reason"].get<std::string>().substr(0, 40)), std::string::npos) << again.out;
+    EXPECT_NE(again.out.find("the recorded case, shrunk in"), std::string::npos) << again.out;
+    EXPECT_NE(again.out.find("  " + failed["counterexample_text"].get<std::string>()), std::string::npos) << again.out;
+    const std::string reason = failed["reason"].get<std::string>();
+    const std::string failure = reason.substr(0, reason.find("\nshrunk in ")); // the case and its failure
+    EXPECT_NE(again.out.find("reason: " + failure), std::string::npos) << again.out;
     const Outcome fixed = kvcheck("replay " + quote(file) + " " + example());
     EXPECT_EQ(fixed.rc, 0) << fixed.all();
     EXPECT_NE(fixed.out.find("verdict: PASS"), std::string::npos) << fixed.out;
@@ -155,6 +177,159 @@ INSTANTIATE_TEST_SUITE_P(Doubles, ModelCliDoubles,
                                            Broken{"wrong_eps", "MODEL-LOGITS"},
                                            Broken{"tied_mixup", "MODEL-LOGITS"}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// ---- shrinking ----
+
+// Sizes of a model case as the report writes it, summed: shrinking lowers some and raises none.
+long case_size(const nlohmann::json& c) {
+    long n = 0;
+    for (const char* k : {"n_layers", "n_heads", "n_kv_heads", "head_dim", "dim", "hidden_dim", "vocab_size",
+                          "max_context", "max_seqs"})
+        n += c["desc"][k].get<long>();
+    for (const char* k : {"prompt", "prompt2", "tail", "tail2", "chunks"}) n += static_cast<long>(c[k].size());
+    return n + c["n_steps"].get<long>();
+}
+
+// The same failing case with --shrink-first 0 (as drawn) and by default (shrunk): the shrunk one is smaller in every
+// size, keeps the two layers the bug needs, and the message keeps the case seed. A replay file without "case" still
+// replays, drawing the case from its seed: the unshrunk one.
+TEST_F(ModelCli, AFailureIsShrunkAndItsReplayFileRunsTheShrunkCase) {
+    const std::string args = "validate " + model_double("layer_cache") + " --filter '^MODEL-LOGITS/1$' --cases 2 ";
+    const Outcome drawn = kvcheck(args + "--shrink-first 0 --counterexamples drawn --report r.json");
+    ASSERT_EQ(drawn.rc, 1) << drawn.all();
+    const nlohmann::json d = report()["implementations"][0]["cases"][0];
+    ASSERT_EQ(d["verdict"], "FAIL") << d.dump();
+    EXPECT_EQ(d["shrink_steps"], 0);
+    EXPECT_EQ(d["notes"], nlohmann::json::array({"not shrunk: only the first 0 failures of MODEL-LOGITS are shrunk "
+                                                 "(--shrink-first)"}));
+    const Outcome shrunk = kvcheck(args + "--counterexamples shrunk --report r.json");
+    ASSERT_EQ(shrunk.rc, 1) << shrunk.all();
+    const nlohmann::json s = report()["implementations"][0]["cases"][0];
+    ASSERT_EQ(s["verdict"], "FAIL") << s.dump();
+    EXPECT_EQ(s["notes"], nlohmann::json::array());
+    const int steps = s["shrink_steps"].get<int>();
+    EXPECT_GT(steps, 0);
+    EXPECT_NE(s["reason"].get<std::string>().find("shrunk in " + std::to_string(steps) + " steps"), std::string::npos);
+    EXPECT_NE(shrunk.out.find("from case seed " + std::to_string(d["seed"].get<uint64_t>())), std::string::npos)
+        << shrunk.out;
+    const nlohmann::json& a = d["model_case"];
+    const nlohmann::json& b = s["model_case"];
+    EXPECT_EQ(a["seed"], b["seed"]);
+    for (const char* k : {"n_layers", "n_heads", "n_kv_heads", "head_dim", "dim", "hidden_dim", "vocab_size",
+                          "max_context", "max_seqs"})
+        EXPECT_LE(b["desc"][k], a["desc"][k]) << k;
+    for (const char* k : {"prompt", "prompt2", "tail", "tail2", "chunks"}) EXPECT_LE(b[k].size(), a[k].size()) << k;
+    EXPECT_LT(case_size(b), case_size(a)) << a.dump() << "\n" << b.dump();
+    EXPECT_EQ(b["desc"]["n_layers"], 2); // layer 1 reading layer 0's cache: two layers, no fewer
+    std::cout << "drawn:  " << d["counterexample_text"].get<std::string>() << "\nshrunk: "
+              << s["counterexample_text"].get<std::string>() << "\n";
+
+    // the replay of each file runs its own case
+    const Outcome replay_shrunk = kvcheck("replay shrunk/MODEL-LOGITS-1.json " + model_double("layer_cache"));
+    EXPECT_EQ(replay_shrunk.rc, 1) << replay_shrunk.all();
+    EXPECT_NE(replay_shrunk.out.find("  " + s["counterexample_text"].get<std::string>()), std::string::npos)
+        << replay_shrunk.out;
+    nlohmann::json old = nlohmann::json::parse(read_file(dir_ / "shrunk/MODEL-LOGITS-1.json"));
+    old.erase("case");
+    old.erase("shrink_steps");
+    std::ofstream(dir_ / "old.json") << old.dump();
+    const Outcome replay_old = kvcheck("replay old.json " + model_double("layer_cache"));
+    EXPECT_EQ(replay_old.rc, 1) << replay_old.all();
+    EXPECT_NE(replay_old.out.find("the case drawn from seed"), std::string::npos) << replay_old.out;
+    EXPECT_NE(replay_old.out.find("  " + d["counterexample_text"].get<std::string>()), std::string::npos)
+        << replay_old.out;
+    EXPECT_NE(replay_old.out.find("verdict: FAIL"), std::string::npos) << replay_old.out;
+}
+
+// Shrinking runs the engine on smaller models; one that crashes there (crash_small: the layer-cache bug, and abort()
+// below d_model 8) must not cost the failure already found: the FAIL is kept unshrunk, with a note saying why, and
+// its replay file holds the case as drawn.
+TEST_F(ModelCli, AFailureWhoseShrinkingCrashesIsKeptUnshrunk) {
+    const Outcome r = kvcheck("validate " + model_double("crash_small") + " --filter '^MODEL-LOGITS/' --cases 8 "
+                              "--shrink-first all --report r.json");
+    EXPECT_EQ(r.rc, 1) << r.all();
+    int kept = 0;
+    const nlohmann::json j = report();
+    for (const auto& c : j["implementations"][0]["cases"]) {
+        if (c["verdict"] != "FAIL") continue;
+        ASSERT_EQ(c["notes"].size(), 1u) << c.dump();
+        EXPECT_EQ(c["notes"][0].get<std::string>().rfind("not shrunk: while shrinking, the case process died of SIGABRT",
+                                                          0),
+                  0u)
+            << c.dump();
+        EXPECT_EQ(c["shrink_steps"], 0);
+        ASSERT_TRUE(c.contains("model_case")) << c.dump();
+        EXPECT_GE(c["model_case"]["desc"]["dim"].get<int>(), 8); // the case as drawn
+        const Outcome again = kvcheck("replay " + quote(c["replay_file"].get<std::string>()) + " " +
+                                      model_double("crash_small"));
+        EXPECT_EQ(again.rc, 1) << again.all();
+        EXPECT_NE(again.out.find("verdict: FAIL"), std::string::npos) << again.out;
+        ++kept;
+    }
+    EXPECT_GT(kept, 0) << r.out;
+}
+
+// A correct engine is never shrunk: nothing fails, and the report says so case by case.
+TEST_F(ModelCli, ACorrectEngineIsNeverShrunk) {
+    const Outcome r = kvcheck("validate " + example() + " --filter '^MODEL-(LOGITS|CHUNK)/' --cases 3 --report r.json");
+    EXPECT_EQ(r.rc, 0) << r.all();
+    EXPECT_EQ(r.out.find("shrunk"), std::string::npos) << r.out;
+    const nlohmann::json cases = report()["implementations"][0]["cases"];
+    EXPECT_EQ(cases.size(), 6u);
+    for (const auto& c : cases) {
+        EXPECT_EQ(c["verdict"], "PASS") << c.dump();
+        EXPECT_EQ(c["shrink_steps"], 0) << c.dump();
+        EXPECT_FALSE(c.contains("model_case")) << c.dump();
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "kvcheck-counterexamples"));
+}
+
+// A replay file's "case" is read as strictly as the rest: anything wrong in it is bad input naming the field, and no
+// case process starts.
+TEST_F(ModelCli, AMalformedCaseInAReplayFileIsBadInput) {
+    const nlohmann::json good_case = {
+        {"seed", 7},
+        {"weights_format", "flat_f32"},
+        {"embed_rms", 0},
+        {"desc",
+         {{"dim", 2}, {"hidden_dim", 1}, {"n_layers", 2}, {"n_heads", 1}, {"n_kv_heads", 1}, {"head_dim", 2},
+          {"vocab_size", 2}, {"rope", "neox"}, {"rope_theta", 10000}, {"rms_eps", 1e-5}, {"tied", true},
+          {"cache_dtype", "f32"}, {"max_context", 2}, {"max_seqs", 1}}},
+        {"prompt", {1}},
+        {"prompt2", {0}},
+        {"n_steps", 1},
+        {"chunks", {1}},
+        {"tail", nlohmann::json::array()},
+        {"tail2", nlohmann::json::array()}};
+    const auto replay_with = [&](const nlohmann::json& c) {
+        const nlohmann::json doc = {{"kvcheck_replay", 1}, {"level", "model"}, {"property", "MODEL-LOGITS"},
+                                    {"seed", 7},           {"case", c},        {"shrink_steps", 3}};
+        std::ofstream(dir_ / "case.json") << doc.dump();
+        return kvcheck("replay case.json " + example());
+    };
+    const Outcome ok = replay_with(good_case);
+    EXPECT_EQ(ok.rc, 0) << ok.all(); // the well-formed case runs, as it is
+    EXPECT_NE(ok.out.find("dim 2, hidden_dim 1, n_layers 2"), std::string::npos) << ok.out;
+    const auto expect_bad = [&](const std::function<void(nlohmann::json&)>& change, const std::string& message) {
+        nlohmann::json c = good_case;
+        change(c);
+        const Outcome r = replay_with(c);
+        EXPECT_EQ(r.rc, 2) << r.all();
+        EXPECT_NE(r.err.find("case.json: "), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+        EXPECT_EQ(r.out.find("verdict:"), std::string::npos) << r.out; // nothing ran
+    };
+    expect_bad([](auto& c) { c["desc"]["n_layers"] = 4294967297ull; }, "\"desc.n_layers\" is 4294967297");
+    expect_bad([](auto& c) { c["desc"]["n_layers"] = 100; }, "n_layers is 100, expected 1 to 4");
+    expect_bad([](auto& c) { c["prompt"] = {2}; }, "prompt[0] is token 2, not below vocab_size 2");
+    expect_bad([](auto& c) { c["chunks"] = {1, 1}; }, "chunks sum to 2 tokens, the prompt has 1");
+    expect_bad([](auto& c) { c["layers"] = 1; }, "unknown field \"layers\"");
+    expect_bad([](auto& c) { c.erase("tail"); }, "missing field \"tail\"");
+    expect_bad([](auto& c) { c["desc"]["rope_theta"] = 1e300; }, "out of the range of a float32");
+    expect_bad([](auto& c) { c["desc"]["head_dim"] = 3; c["desc"]["dim"] = 3; }, "head_dim 3 is odd");
+    expect_bad([](auto& c) { c["seed"] = 8; }, "the case's seed 8 is not the case seed 7");
+    expect_bad([](auto& c) { c = "a case"; }, "not an object");
+}
 
 // ---- CRASH and TIMEOUT at the model level: each case runs in a child, as at the operation level ----
 

@@ -26,6 +26,8 @@
 #define PIPE_PROBS_PLAIN 8     // probabilities rounded to the cache dtype before P.V, declares f32: EQUIV fails
 #define PIPE_FIXED_DECL 9      // f32, RoPE base 10000 and scale 1/sqrt(d) hard-coded, declared fixed: passes
 #define PIPE_FIXED_PLAIN 10    // the same arithmetic, not declared: EQUIV (and CACHE-CONTENT on RoPE keys) fail
+#define PIPE_ROPE16_DECL 11    // f32, but RoPE's cos, sin and products in f16 (q and keys) on every dtype: declared
+#define PIPE_ROPE16_PLAIN 12   // the same, declares f32: EQUIV and CACHE-CONTENT fail on RoPE cases, naming the stage
 
 namespace {
 
@@ -41,6 +43,8 @@ Stages stages() {
     case PIPE_OVERCLAIM: return {C, C, C, C, C, C};
     case PIPE_SDPA16: return {C, C, 0, 0, 0, C};
     case PIPE_PROBS_PLAIN: return {0, 0, 0, C, 0, 0};
+    case PIPE_ROPE16_DECL:
+    case PIPE_ROPE16_PLAIN: return {0, KVC_ROUND_F16, 0, 0, 0, 0};
     default: return {};
     }
 }
@@ -67,16 +71,19 @@ float scale_used(const kvc_config& cfg) {
     return kHardCoded ? 1.0f / std::sqrt(static_cast<float>(cfg.head_dim)) : cfg.scale;
 }
 
-void rotate(const kvc_config& cfg, float* x, uint32_t pos) { // float RoPE, f32 angles
+constexpr bool kRope16 = KVC_PIPE_DOUBLE == PIPE_ROPE16_DECL || KVC_PIPE_DOUBLE == PIPE_ROPE16_PLAIN;
+float rope_round(float x) { return kRope16 ? kvc::ref::round_to_dtype(x, KVC_DTYPE_F16) : x; }
+
+void rotate(const kvc_config& cfg, float* x, uint32_t pos) { // float RoPE, f32 angles (f16 tables: kRope16)
     if (cfg.rope == KVC_ROPE_NONE) return;
     const uint32_t d = cfg.head_dim, half = d / 2;
     for (uint32_t j = 0; j < half; ++j) {
         const float inv = std::pow(theta_used(cfg), -2.0f * static_cast<float>(j) / static_cast<float>(d));
-        const float a = static_cast<float>(pos) * inv, c = std::cos(a), s = std::sin(a);
+        const float a = static_cast<float>(pos) * inv, c = rope_round(std::cos(a)), s = rope_round(std::sin(a));
         const uint32_t i0 = cfg.rope == KVC_ROPE_NEOX ? j : 2 * j, i1 = cfg.rope == KVC_ROPE_NEOX ? j + half : 2 * j + 1;
         const float x0 = x[i0], x1 = x[i1];
-        x[i0] = x0 * c - x1 * s;
-        x[i1] = x0 * s + x1 * c;
+        x[i0] = rope_round(rope_round(x0 * c) - rope_round(x1 * s));
+        x[i1] = rope_round(rope_round(x0 * s) + rope_round(x1 * c));
     }
 }
 
@@ -95,7 +102,7 @@ void get_caps(kvc_caps* out) {
     c.rope_variants = (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ);
     const Stages st = stages();
     const bool declares = KVC_PIPE_DOUBLE != PIPE_OVERCLAIM && KVC_PIPE_DOUBLE != PIPE_NEW_ROWS_PLAIN &&
-                          KVC_PIPE_DOUBLE != PIPE_PROBS_PLAIN;
+                          KVC_PIPE_DOUBLE != PIPE_PROBS_PLAIN && KVC_PIPE_DOUBLE != PIPE_ROPE16_PLAIN;
     if (declares) {
         c.pipeline = {st.q, st.rope, st.scores, st.probs, st.accum, st.output, KVC_PIPELINE_DECLARED};
         if (KVC_PIPE_DOUBLE == PIPE_NEW_ROWS_DECL) c.pipeline.flags |= KVC_PIPELINE_NEW_ROWS_UNROUNDED;

@@ -1,6 +1,8 @@
 // Fuzz target: a replay document (`kvcheck replay FILE`), read with the CLI's strict reader: its "case" through
-// prop::case_from_json and its "expected_mismatch" through prop::mismatch_from_json. Contract: bad input throws std::invalid_argument, nothing
-// else escapes, and a case that is accepted describes and serializes back to a case that is accepted again.
+// prop::case_from_json (model::case_from_json for a "level": "model" document) and its "expected_mismatch" through
+// prop::mismatch_from_json. Contract: bad input throws std::invalid_argument, nothing else escapes, and a case that
+// is accepted describes and serializes back to a case that is accepted again.
+#include "kvcheck/model/model_case.hpp"
 #include "kvcheck/properties/case.hpp"
 #include "kvcheck/properties/runner.hpp"
 #include "kvcheck/strict_json.hpp"
@@ -24,6 +26,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return 0;
     }
     const json* c = doc.is_object() && doc.contains("case") ? &doc["case"] : &doc;
+    if (doc.is_object() && doc.contains("level") && doc["level"] == "model") {
+        try {
+            const kvc::model::ModelCase parsed = kvc::model::case_from_json(*c);
+            (void)parsed.describe();
+            const kvc::model::ModelCase again = kvc::model::case_from_json(kvc::model::to_json(parsed));
+            if (kvc::model::to_json(again) != kvc::model::to_json(parsed)) std::abort(); // not a fixed point
+        } catch (const std::invalid_argument&) {
+        }
+        return 0;
+    }
     try {
         const kvc::prop::Case parsed = kvc::prop::case_from_json(*c);
         (void)kvc::prop::describe(parsed);

@@ -83,6 +83,40 @@ TEST(Tolerance, AnErrorAboveTheFloorFailsAndNamesTheCoordinates) {
     EXPECT_GT(g.headroom, 1.0);
 }
 
+// A cause is named only when it accounts for the error. Outputs whose every element is off by 0.9 of its bound and
+// one by 1.05 fail; the hypothesis "new rows attended unrounded" that moves only that one element by 0.2 of its
+// bound brings it under the bound, yet explains almost none of the error: it is not named. A hypothesis that
+// accounts for the whole error is.
+TEST(Diagnosis, AHypothesisThatOnlyNudgesTheWorstElementUnderTheBoundIsNotNamed) {
+    CaseConfig cfg;
+    cfg.head_dim = 4;
+    cfg.cache_dtype = KVC_DTYPE_F16;
+    const std::vector<float> q = {0.5f, -1.f, 0.25f, 2.f};
+    const std::vector<float> k = {1, 0, 0, 1, 0, 1, 1, 0, 1, 1, -1, 0.5f};
+    const std::vector<float> v = {1, 2, 3, 4, -1, 0, 1, 2, 0.5f, 0.5f, 0.5f, 0.5f};
+    const Expected e = expect_outputs(cfg, q.data(), 1, k, v, 3);
+    const Pipeline f32 = pipeline_preset(KVC_PRECISION_F32);
+    const std::vector<double> allowed = allowed_errors(cfg, f32, e);
+    const double vs = e.v_scale[0];
+    std::vector<float> out(4);
+    for (int x = 0; x < 4; ++x)
+        out[x] = static_cast<float>(static_cast<double>(e.oracle[x]) + (x == 3 ? 1.05 : 0.9) * allowed[x] * vs);
+    Expected nudged = e;
+    nudged.oracle[3] += 0.2L * static_cast<long double>(allowed[3] * vs);
+    // the construction: failing, and under the bound with the hypothesis
+    ASSERT_GT(headroom_under(cfg, f32, out.data(), e), 1.0);
+    ASSERT_LE(headroom_under(cfg, f32, out.data(), nudged), 1.0);
+    const Grade g = grade_outputs(cfg, f32, out.data(), e, &nudged, true);
+    EXPECT_FALSE(g.pass);
+    EXPECT_EQ(g.message.find("new rows"), std::string::npos) << g.message;
+
+    Expected accounts = e;
+    for (int x = 0; x < 4; ++x) accounts.oracle[x] = out[x];
+    const Grade h = grade_outputs(cfg, f32, out.data(), e, &accounts, true);
+    EXPECT_FALSE(h.pass);
+    EXPECT_NE(h.message.find("new rows attended before rounding"), std::string::npos) << h.message;
+}
+
 } // namespace
 
 // ---- declared rounding pipelines through the whole suite (tests/doubles/pipeline_cache.cpp) ----
@@ -157,10 +191,12 @@ TEST(Tolerance, RotatedKeysRoundedTowardZeroFailCacheContent) {
     EXPECT_NE(r->reason.find("not the rounding of an f32 rotation"), std::string::npos) << r->reason;
     ASSERT_TRUE(r->mismatch.has_value());
     EXPECT_EQ(r->mismatch->what, "k");
-    // EQUIV alone (no read-back check) fails it too, and names the storage rather than a narrower pipeline
+    // EQUIV alone (no read-back check) fails it too, and names the rotated keys rather than a narrower pipeline;
+    // in f16 units a truncation cannot be told from a 16-bit rotation, so no stage is offered as the cause
     const auto e = kvc::testing::first_failure(t, "EQUIV", 100);
     ASSERT_TRUE(e.has_value());
-    EXPECT_NE(e->reason.find("a storage error, not arithmetic"), std::string::npos) << e->reason;
+    EXPECT_NE(e->reason.find("the RoPE stage or the storage, not the attention arithmetic"), std::string::npos)
+        << e->reason;
     EXPECT_EQ(e->reason.find("consistent with"), std::string::npos) << e->reason;
 }
 
@@ -184,6 +220,71 @@ TEST(Tolerance, NewRowsAttendedBeforeRoundingFailAndAreNamedUnlessDeclared) {
     EXPECT_EQ(y.bad, 0) << y.first_bad;
     EXPECT_EQ(y.warn, 0);
     EXPECT_TRUE(any_note(y, "depend on how a prompt is split"));
+}
+
+// The diagnosis names a cause only when it explains the error: a 16-bit V accumulator's error is not explained by the
+// new rows attended unrounded (it was blamed on them in some cases, where that hypothesis happened to shift the
+// expected outputs just under the bound), and new rows attended unrounded are named in every failure they cause.
+std::vector<CaseResult> equiv_failures(const std::string& double_name, int cases) {
+    const auto t = kvc::testing::load_implementation("double-" + double_name);
+    RunSettings s;
+    s.seed = kvc::testing::kDoublesSeed;
+    s.cases = cases;
+    s.max_shrink_runs = 0; // the diagnosis of each case as drawn
+    std::vector<CaseResult> out;
+    for (int i = 0; i < cases; ++i) {
+        CaseResult r = run_case(t, *find_property("EQUIV"), s, i);
+        if (r.verdict == Verdict::Fail) out.push_back(std::move(r));
+    }
+    std::cout << double_name << ": " << out.size() << " EQUIV failures of " << cases << " (seed " << s.seed << ")\n";
+    return out;
+}
+
+TEST(Diagnosis, OnlyCausesThatExplainTheErrorAreNamed) {
+    int named_accumulator = 0;
+    const std::vector<CaseResult> accum = equiv_failures("f16_accum", 300);
+    ASSERT_GE(accum.size(), 20u);
+    for (const CaseResult& r : accum) {
+        EXPECT_EQ(r.reason.find("new rows"), std::string::npos) << r.id << ": " << r.reason;
+        named_accumulator += r.reason.find("V accumulated in") != std::string::npos;
+    }
+    EXPECT_GE(named_accumulator * 2, static_cast<int>(accum.size())) << "most failures name the accumulator";
+
+    const std::vector<CaseResult> rows = equiv_failures("pipe_new_rows_plain", 300);
+    ASSERT_GE(rows.size(), 20u);
+    for (const CaseResult& r : rows)
+        EXPECT_NE(r.reason.find("new rows attended before rounding"), std::string::npos) << r.id << ": " << r.reason;
+}
+
+// RoPE computed with cos, sin and products in f16 (as libraries with 16-bit tables do) while declaring an f32
+// pipeline: the outputs and the keys read back are off, and the diagnosis names the RoPE stage and the 16-bit stage
+// that fits, not "a storage error". Declared, the same arithmetic passes (on f32 caches too).
+TEST(Diagnosis, RopeIn16BitsIsNamedAsTheRopeStage) {
+    const std::vector<CaseResult> fails = equiv_failures("pipe_rope16_plain", 200);
+    ASSERT_GE(fails.size(), 20u);
+    // on an f32 cache the keys' f16 error stands out of the storage's rounding, and the stage is named; in a 16-bit
+    // cache it lies within the cache dtype's own units, and only "the RoPE stage or the storage" is said
+    int named = 0;
+    for (const CaseResult& r : fails) {
+        EXPECT_EQ(r.reason.find("a storage error, not arithmetic"), std::string::npos) << r.id << ": " << r.reason;
+        const bool keys = r.reason.find("the RoPE stage or the storage") != std::string::npos;
+        const bool stage = r.reason.find("consistent with a RoPE stage in f16") != std::string::npos;
+        if (keys && r.counterexample.cfg.cache_dtype == KVC_DTYPE_F32) {
+            EXPECT_TRUE(stage) << r.id << ": " << r.reason;
+        }
+        named += stage;
+    }
+    EXPECT_GE(named, 20) << "the f32-cache cases name the 16-bit RoPE stage";
+    const auto t = kvc::testing::load_implementation("double-pipe_rope16_plain");
+    const auto c = kvc::testing::first_failure(t, "CACHE-CONTENT", 100);
+    ASSERT_TRUE(c.has_value());
+    EXPECT_NE(c->reason.find("consistent with a RoPE stage in f16"), std::string::npos) << c->reason;
+
+    const auto honest = kvc::testing::load_implementation("double-pipe_rope16_decl");
+    for (const char* p : {"EQUIV", "CACHE-CONTENT"}) {
+        const auto f = kvc::testing::first_failure(honest, p, 200);
+        EXPECT_FALSE(f.has_value()) << p << ": " << f->id << " " << f->reason << "\n" << describe(f->counterexample);
+    }
 }
 
 TEST(Tolerance, EveryStage16BitDeclaredAsF32FailsAndSaysSo) {

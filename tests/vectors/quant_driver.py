@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A quantized KV cache in numpy (fp8 E4M3FN / E5M2, int8 per token, q8_0), run on kvcheck's exported vectors.
 
-    quant_driver.py --example tools/python_example --vectors V --results R [--bug BUG] [--q-rounding R]
+    quant_driver.py [--example tools/python_example] --vectors V --results R [--bug BUG] [--q-rounding R]
                     [--pipeline P]
 
 It stores each appended head row as codes and scales made by quant_np (docs/quantized.md written again in numpy),
@@ -116,32 +116,26 @@ class QuantCache:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--example", required=True, help="tools/python_example (vectors_io, safetensors_np, rope)")
-    ap.add_argument("--vectors", required=True)
-    ap.add_argument("--results", required=True)
-    ap.add_argument("--bug", choices=BUGS)
-    ap.add_argument("--q-rounding", default="f32", choices=["f32", "fp8_e4m3", "fp8_e5m2", "q8_0"])
-    ap.add_argument("--pipeline", help="the pipeline to declare (default: f32 stages, q as --q-rounding)")
-    args = ap.parse_args()
+    # vectors_io, kvcache_example (rope) and quant_np are found through --example and this directory: parsed first
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "python_example")
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--example", default=example)
+    known, _ = pre.parse_known_args()
     sys.dont_write_bytecode = True
-    sys.path[:0] = [args.example, os.path.dirname(os.path.abspath(__file__))]
+    sys.path[:0] = [known.example, os.path.dirname(os.path.abspath(__file__))]
     import kvcache_example
     import quant_np
     import vectors_io
 
-    manifest = vectors_io.load_manifest(args.vectors, "quant_driver.py")
-    pipeline = (vectors_io.pipeline_arg(args.pipeline, "quant_driver.py") if args.pipeline
-                else {"q": args.q_rounding})
-    ran, skipped = vectors_io.run_cases(
-        args.vectors, manifest, args.results,
-        lambda cfg: QuantCache(cfg, kvcache_example, quant_np, args.bug, args.q_rounding),
-        {"capabilities": QUANT_CAPABILITIES})
-    name = "numpy-quant" + ("-" + args.bug if args.bug else "")
-    vectors_io.write_results_manifest(args.results, {"implementation": name, "version": "1.0", "pipeline": pipeline,
-                                                     "capabilities": QUANT_CAPABILITIES})
-    print(f"{name}: ran {ran} cases, skipped {skipped}; results in {args.results}")
-    return 0
+    ap = vectors_io.arguments(__doc__.split("\n")[0])
+    ap.add_argument("--example", default=example, help="tools/python_example (vectors_io, safetensors_np, rope)")
+    ap.add_argument("--bug", choices=BUGS)
+    ap.add_argument("--q-rounding", default="f32", choices=["f32", "fp8_e4m3", "fp8_e5m2", "q8_0"])
+    args = ap.parse_args()
+    # the declared pipeline: f32 stages with q as --q-rounding rounds it, unless --pipeline says otherwise
+    return vectors_io.drive(args, lambda cfg: QuantCache(cfg, kvcache_example, quant_np, args.bug, args.q_rounding),
+                            "numpy-quant" + ("-" + args.bug if args.bug else ""), "1.0",
+                            {"capabilities": QUANT_CAPABILITIES, "pipeline": {"q": args.q_rounding}})
 
 
 if __name__ == "__main__":

@@ -8,10 +8,8 @@ A correct driver must grade CONFORMANT; each broken one (or results broken after
 CONFORMANT naming the property and the problem. Exit 0 when the case holds.
 """
 
-import argparse
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -19,7 +17,7 @@ import numpy as np
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from vectors_e2e import Case, expect, expect_in, sh, summary_line, verdict_line  # noqa: E402
+from vectors_e2e import Case, expect, expect_in, run_named_case, sh, summary_line, verdict_line  # noqa: E402
 
 QUANT = "fp8_e4m3,fp8_e5m2,int8_token,q8_0"
 
@@ -213,21 +211,7 @@ CASES = {f.__name__: f for f in [roundtrip, caps_q_rounding, code_off_by_one, k_
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kvcheck", required=True)
-    ap.add_argument("--example", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=sorted(CASES))
-    args = ap.parse_args()
-    t = QuantCase(args)
-    try:
-        CASES[args.case](t)
-    except AssertionError as e:
-        print(f"FAILED {args.case}: {e}")
-        return 1
-    shutil.rmtree(args.work, ignore_errors=True)
-    print(f"ok {args.case}")
-    return 0
+    return run_named_case(CASES, QuantCase)
 
 
 if __name__ == "__main__":

@@ -579,22 +579,29 @@ CASES = {f.__name__: f for f in [roundtrip, skip_self, content_bitflip, equiv_st
                                  verdict_table, scale_theta]}
 
 
-def main():
+def run_named_case(cases, make_case):
+    """The main of every end-to-end script here: --kvcheck, --example, --work and the name of one of `cases` (a
+    function of the case object make_case builds from the arguments). Exit 0 passed (the work directory removed),
+    1 an expectation failed (the directory kept, to look at)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--kvcheck", required=True)
     ap.add_argument("--example", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("case", choices=sorted(cases))
     args = ap.parse_args()
-    t = Case(args)
+    t = make_case(args)
     try:
-        CASES[args.case](t)
+        cases[args.case](t)
     except AssertionError as e:
         print(f"FAILED {args.case}: {e}")
         return 1
     shutil.rmtree(args.work, ignore_errors=True)
     print(f"ok {args.case}")
     return 0
+
+
+def main():
+    return run_named_case(CASES, Case)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ results written; 2 bad arguments or unreadable vectors; 77 torch (or numpy) is n
 (nothing run).
 """
 
-import argparse
 import json
 import os
 import sys
@@ -161,29 +160,18 @@ class Cache:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--vectors", required=True, help="directory written by `kvcheck export`")
-    ap.add_argument("--results", required=True, help="directory to write the results to")
+    ap = vectors_io.arguments(__doc__.split("\n")[0])
     ap.add_argument("--backend", default="auto", choices=["auto", "flash_attention", "efficient_attention", "math",
                                                           "cudnn_attention"],
                     help="force one SDPA backend (torch.nn.attention.sdpa_kernel); auto lets PyTorch choose")
-    ap.add_argument("--pipeline", help="declare this pipeline instead of sdpa_caps.json's (a preset name or a JSON "
-                                       "object of stages)")
     args = ap.parse_args()
-
-    manifest = vectors_io.load_manifest(args.vectors, "sdpa_vectors.py")  # before torch: a bad path fails fast
+    vectors_io.load_manifest(args.vectors, "sdpa_vectors.py")  # before torch: a bad path fails fast
     torch = load_torch()
     with open(os.path.join(HERE, "sdpa_caps.json")) as f:
         caps = json.load(f)
-    pipeline = vectors_io.pipeline_arg(args.pipeline, "sdpa_vectors.py") if args.pipeline else caps["pipeline"]
-    ran, skipped = vectors_io.run_cases(args.vectors, manifest, args.results,
-                                        lambda cfg: Cache(torch, cfg, args.backend), caps)
     name = "pytorch-sdpa-cuda" + ("" if args.backend == "auto" else "-" + args.backend)
-    vectors_io.write_results_manifest(args.results, {
-        "implementation": name, "version": f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}",
-        "capabilities": caps["capabilities"], "limits": caps["limits"], "pipeline": pipeline})
-    print(f"{name}: ran {ran} cases, skipped {skipped}; results in {args.results}")
-    return 0
+    version = f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}"
+    return vectors_io.drive(args, lambda cfg: Cache(torch, cfg, args.backend), name, version, caps)
 
 
 if __name__ == "__main__":

@@ -89,8 +89,8 @@ void print_words(std::ostream& o, const char* title, const std::vector<Word>& wo
 std::string list_text() {
     std::ostringstream o;
     o << "kvcheck " KVCHECK_VERSION ", plugin ABI " << KVC_ABI_VERSION_MAJOR << "." << KVC_ABI_VERSION_MINOR
-      << "\n\nproperties (core: in every profile; full: only in --profile full; [feature]: NOT_SUPPORTED without "
-         "it):\n";
+      << "\n\nproperties (core: in every profile; full: only in --profile full; [feature]: its cases lie "
+         "outside the declaration without it):\n";
     std::size_t w = 0;
     for (const prop::Property& p : prop::properties()) w = std::max(w, p.id.size());
     for (const prop::Property& p : prop::properties()) {
@@ -127,7 +127,8 @@ std::string list_text() {
     print_words(o, "model features", model_feature_words());
     print_words(o, "weight formats", weight_format_words());
     o << "\nverdicts: PASS, FAIL, NOT_SUPPORTED, QUALITY_WARNING, ERROR, CRASH, TIMEOUT (conformant: no FAIL, ERROR, "
-         "CRASH or TIMEOUT)\n";
+         "CRASH or TIMEOUT); a case that needs what the implementation does not declare gets none: it is counted "
+         "apart, outside the declaration\n";
     return o.str();
 }
 

@@ -27,7 +27,6 @@ step runs its sequences one at a time. ORT refuses head sizes that are not a mul
 no bf16 kernel on the CPU; caps.json declares that. docs/real-implementations.md has what was found.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -39,7 +38,7 @@ from onnx import TensorProto, helper
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python_example"))
-import vectors_io  # noqa: E402  (the example's case replay: manifest, steps, results files)
+import vectors_io  # noqa: E402  (the driver loop: manifest, declaration, steps, results files)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NP = {"f32": np.float32, "f16": np.float16}
@@ -157,27 +156,16 @@ class Cache:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--vectors", required=True, help="directory written by `kvcheck export`")
-    ap.add_argument("--results", required=True, help="directory to write the results to")
+    ap = vectors_io.arguments(__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["native", "f32-compute"], default="native")
     ap.add_argument("--threads", type=int, default=1, help="ORT intra-op threads")
-    ap.add_argument("--pipeline", help="declare this pipeline instead of the one measured for the mode (a preset "
-                                       "name or a JSON object of stages), e.g. to see what kvcheck says then")
     args = ap.parse_args()
-
     with open(os.path.join(HERE, "caps.json")) as f:
         caps = json.load(f)
-    manifest = vectors_io.load_manifest(args.vectors, "ort_gqa.py")
-    pipeline = vectors_io.pipeline_arg(args.pipeline, "ort_gqa.py") if args.pipeline else MODE_PIPELINES[args.mode]
-    ran, skipped = vectors_io.run_cases(args.vectors, manifest, args.results,
-                                        lambda cfg: Cache(cfg, args.mode, args.threads), caps)
-    name = "onnxruntime-gqa-cpu-" + args.mode
-    vectors_io.write_results_manifest(args.results, {
-        "implementation": name, "version": f"onnxruntime {ort.__version__}, onnx {onnx.__version__}",
-        "capabilities": caps["capabilities"], "limits": caps["limits"], "pipeline": pipeline})
-    print(f"{name}: ran {ran} cases, skipped {skipped}; results in {args.results}")
-    return 0
+    # caps.json holds native's pipeline; each mode declares the one measured for it unless --pipeline says otherwise
+    declaration = {**caps, "pipeline": MODE_PIPELINES[args.mode]}
+    return vectors_io.drive(args, lambda cfg: Cache(cfg, args.mode, args.threads), "onnxruntime-gqa-cpu-" + args.mode,
+                            f"onnxruntime {ort.__version__}, onnx {onnx.__version__}", declaration)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ a 16-bit cache attend a call's new rows as given (f32) while storing them rounde
 with --pipeline '{"new_rows_unrounded": true}' that is graded for what it is.
 """
 
-import argparse
 import sys
 
 import numpy as np
@@ -160,28 +159,14 @@ class KVCache:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--vectors", required=True, help="directory written by `kvcheck export`")
-    ap.add_argument("--results", required=True, help="directory to write the results to")
+    ap = vectors_io.arguments(__doc__.split("\n")[0])
     ap.add_argument("--bug", choices=["skip-self", "unrounded-new-rows"],
                     help="break the cache on purpose: a query misses its own key; or a 16-bit cache attends the new "
                          "rows as given instead of as stored")
-    ap.add_argument("--pipeline", default="f32",
-                    help="the rounding pipeline to declare: a preset name or a JSON object of stages (docs/vectors.md)")
     args = ap.parse_args()
-
-    manifest = vectors_io.load_manifest(args.vectors, "kvcache_example.py")
-    pipeline = vectors_io.pipeline_arg(args.pipeline, "kvcache_example.py")  # before any work: a typo fails fast
-    ran, skipped = vectors_io.run_cases(
-        args.vectors, manifest, args.results,
-        lambda cfg: KVCache(cfg, args.bug == "skip-self", args.bug == "unrounded-new-rows"),
-        {"capabilities": CAPABILITIES})
-    name = "numpy-example" + ("-" + args.bug if args.bug else "")
-    vectors_io.write_results_manifest(args.results, {"implementation": name, "version": "1.0",
-                                                     "pipeline": pipeline,
-                                                     "capabilities": CAPABILITIES})
-    print(f"{name}: ran {ran} cases, skipped {skipped}; results in {args.results}")
-    return 0
+    return vectors_io.drive(args, lambda cfg: KVCache(cfg, args.bug == "skip-self", args.bug == "unrounded-new-rows"),
+                            "numpy-example" + ("-" + args.bug if args.bug else ""), "1.0",
+                            {"capabilities": CAPABILITIES, "pipeline": "f32"})
 
 
 if __name__ == "__main__":

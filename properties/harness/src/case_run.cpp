@@ -5,6 +5,7 @@
 #include "kvcheck/strict_json.hpp"
 #include "kvcheck/harness/verdicts.hpp"
 #include "kvcheck/model/model_case.hpp"
+#include "kvcheck/model/model_shrink.hpp"
 
 #include "lent.hpp"
 
@@ -228,12 +229,21 @@ CaseRun replay_isolated(const Subject& subj, const prop::Property& p, const prop
             printable(run.output, true), Level::Operation, prop::describe(c)};
 }
 
-CaseRun run_model_case_isolated(const Subject& subj, const std::string& property, const std::string& id,
-                                uint64_t case_seed, double timeout_s) {
+namespace {
+
+// A model-level case in a child: `given` when set, else the one drawn from the case seed; a FAIL shrunk with at most
+// max_shrink_runs runs. The result's model_case and the case text are the case as run: the child's (the shrunk one),
+// read with the reader of replay files; else the one asked for, made here (no plugin code runs in the parent).
+CaseRun model_case_isolated(const Subject& subj, const std::string& property, const std::string& id,
+                            uint64_t case_seed, double timeout_s, const std::optional<model::ModelCase>& given,
+                            int max_shrink_runs, const std::string& unshrunk_note) {
     nlohmann::json req = request_for(subj, "model_case");
     req["property"] = property;
     req["id"] = id;
     req["seed"] = case_seed;
+    if (given) req["case"] = model::to_json(*given);
+    req["max_shrink_runs"] = max_shrink_runs;
+    req["unshrunk_note"] = unshrunk_note;
     const ChildRun run = run_isolated(subj, req, timeout_s);
     prop::CaseResult fresh;
     fresh.id = id;
@@ -241,10 +251,43 @@ CaseRun run_model_case_isolated(const Subject& subj, const std::string& property
     fresh.seed = case_seed;
     CaseRun out{interpret(run, fresh, nullptr, timeout_s, subj.memory_limit, subj.memory_limit_asked),
                 printable(run.output, true), Level::Model, ""};
-    // The case in words, drawn here from the seed and the declared caps: no plugin code runs in the parent.
-    if (!conformant(out.result.verdict) && subj.model)
-        out.case_text = model::draw_case(case_seed, subj.model->caps).describe();
+    prop::CaseResult& r = out.result;
+    if (conformant(r.verdict)) return out;
+    std::optional<model::ModelCase> c;
+    if (!r.model_case.is_null()) {
+        try {
+            c = model::case_from_json(r.model_case);
+            if (c->seed != case_seed)
+                throw std::invalid_argument("its seed " + std::to_string(c->seed) + " is not the case seed");
+        } catch (const std::invalid_argument& e) {
+            c.reset();
+            r.notes.push_back(std::string("the result the case process sent: ") + prop::verdict_name(r.verdict));
+            r.verdict = Verdict::Error;
+            r.reason = std::string("the case process sent a model-level case kvcheck cannot read (") + e.what() +
+                       "), so its result is not trusted";
+        }
+    }
+    if (!c && given) c = given;
+    if (!c && subj.model) c = model::draw_case(case_seed, subj.model->caps);
+    if (c) {
+        r.model_case = model::to_json(*c);
+        out.case_text = c->describe();
+    }
     return out;
+}
+
+} // namespace
+
+CaseRun run_model_case_isolated(const Subject& subj, const std::string& property, const std::string& id,
+                                uint64_t case_seed, double timeout_s, const std::string& unshrunk_note) {
+    return model_case_isolated(subj, property, id, case_seed, timeout_s, std::nullopt,
+                               unshrunk_note.empty() ? model::kMaxShrinkRuns : 0, unshrunk_note);
+}
+
+CaseRun replay_model_case_isolated(const Subject& subj, const std::string& property, const std::string& id,
+                                   uint64_t case_seed, const std::optional<model::ModelCase>& given,
+                                   double timeout_s) {
+    return model_case_isolated(subj, property, id, case_seed, timeout_s, given, 0, "");
 }
 
 uint64_t model_case_seed(uint64_t run_seed, const std::string& property, int index) {

@@ -1,7 +1,9 @@
 #include "kvcheck/harness/child.hpp"
 
 #include "kvcheck/harness/report.hpp"
+#include "kvcheck/model/model_case.hpp"
 #include "kvcheck/model/model_properties.hpp"
+#include "kvcheck/model/model_shrink.hpp"
 #include "kvcheck/model/model_target.hpp"
 
 #include "kvcheck/harness/builtins.hpp"
@@ -188,28 +190,50 @@ prop::CaseResult fresh_result(const nlohmann::json& req) {
     return r;
 }
 
-// One model-level case: the property's runner over the one case drawn from the case seed.
+// One model-level case: the case the request carries ("case": a replayed one, run as it is), else the one drawn from
+// the case seed. A FAIL is reported ("P", kept if shrinking crashes or hangs), then shrunk with at most
+// "max_shrink_runs" runs; without them it is reported as run, with "unshrunk_note" when there is one. The case as
+// run (after shrinking, the shrunk one) goes back as "model_case": the parent prints it and writes it for replay.
 void model_case(const nlohmann::json& req, int fd) {
     prop::CaseResult r = fresh_result(req);
-    try {
-        const model::ModelTarget t = model::ModelTarget::from_library(req.at("plugin").get<std::string>());
-        const model::PropertyResult p = model::run_model_property(t, r.property, r.seed, 1);
+    const auto take = [&r](const model::PropertyResult& p) {
         r.verdict = p.verdict;
+        // the model level's only NOT_SUPPORTED is a feature or limit the engine does not declare
+        r.outside_declaration = p.verdict == Verdict::NotSupported;
         r.reason = p.verdict == Verdict::Pass ? std::string() : p.message;
         r.headroom = p.worst_headroom;
         r.out_of_memory = p.out_of_memory;
-        if (p.verdict == Verdict::Fail) {
-            r.failed_property = r.property;
-            r.notes.push_back("not shrunk: a model-level case is drawn again from its case seed");
+        r.shrink_steps = p.shrink_steps;
+        r.failed_property = p.verdict == Verdict::Fail ? r.property : std::string();
+        r.model_case = p.the_case ? model::to_json(*p.the_case) : nlohmann::json();
+    };
+    const auto answer = [&](char tag) {
+        nlohmann::json j = prop::to_json(r);
+        j.erase("counterexample"); // the operation level's form; the model case is "model_case"
+        j.erase("counterexample_text");
+        write_all(fd, limit_marker(r) + tag + " " + dump_json(j) + "\n");
+    };
+    try {
+        const model::ModelTarget t = model::ModelTarget::from_library(req.at("plugin").get<std::string>());
+        model::PropertyResult p = req.contains("case")
+                                      ? model::run_model_case(t, r.property, model::case_from_json(req.at("case")))
+                                      : model::run_model_property(t, r.property, r.seed, 1);
+        take(p);
+        const int max_shrink_runs = req.value("max_shrink_runs", 0);
+        if (p.verdict == Verdict::Fail && max_shrink_runs > 0) {
+            answer('P');
+            take(model::shrink_model_failure(t, r.property, std::move(p), max_shrink_runs));
+        } else if (p.verdict == Verdict::Fail && !req.value("unshrunk_note", std::string()).empty()) {
+            r.notes.push_back(req.at("unshrunk_note").get<std::string>());
         }
     } catch (const model::TargetError& e) {
         r.verdict = Verdict::Error;
         r.reason = std::string("the implementation could not be loaded again in the case process: ") + e.what();
+    } catch (const std::invalid_argument& e) { // the parent sends only cases it has read with the same reader
+        r.verdict = Verdict::Error;
+        r.reason = std::string("the model-level case in the request is malformed: ") + e.what();
     }
-    nlohmann::json j = prop::to_json(r);
-    j.erase("counterexample"); // the model case is its seed; the reason describes it
-    j.erase("counterexample_text");
-    write_all(fd, limit_marker(r) + "F " + dump_json(j) + "\n");
+    answer('F');
 }
 
 } // namespace

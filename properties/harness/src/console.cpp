@@ -23,11 +23,12 @@ void Progress::step(const std::string& label, const std::string& case_id) {
     shown_ = true;
 }
 
-void Progress::property_done(const std::string& label, const std::string& property, const int counts[kVerdictCount]) {
+void Progress::property_done(const std::string& label, const std::string& property, const Row& row) {
     if (tty_) return;
     std::cerr << "kvcheck: [" << label << "] " << property << " done:";
     for (int i = 0; i < kVerdictCount; ++i)
-        if (counts[i]) std::cerr << " " << counts[i] << " " << prop::verdict_name(kVerdicts[i]);
+        if (row.counts[i]) std::cerr << " " << row.counts[i] << " " << prop::verdict_name(kVerdicts[i]);
+    if (row.outside) std::cerr << " " << row.outside << " outside the declaration";
     std::cerr << " (" << done_ << "/" << total_ << ")\n";
 }
 

@@ -7,6 +7,7 @@
 #include "kvcheck/model/model_properties.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 
 namespace kvc::harness {
@@ -32,6 +33,10 @@ std::string write_counterexample(const std::string& directory, bool several, con
                {"seed", r.seed},
                {"expected_failure", r.reason},
                {"case_text", case_text}};
+        if (!r.model_case.is_null()) { // the case as run: replayed exactly, even when shrinking made it
+            doc["case"] = r.model_case;
+            doc["shrink_steps"] = r.shrink_steps;
+        }
     }
     doc["verdict"] = prop::verdict_name(r.verdict);
     doc["run_seed"] = run_seed;
@@ -80,6 +85,18 @@ ReplayDocument read_replay(const std::string& path) {
             if (!j.contains("seed") || !j["seed"].is_number_unsigned())
                 throw BadInput(path + ": a model-level case needs its case seed: an integer field \"seed\"");
             d.seed = j["seed"].get<uint64_t>();
+            if (j.contains("case")) { // without it, the case is drawn again from the seed
+                d.model_case = model::case_from_json(j["case"]);
+                if (d.model_case->seed != d.seed)
+                    throw BadInput(path + ": the case's seed " + std::to_string(d.model_case->seed) +
+                                   " is not the case seed " + std::to_string(d.seed) + " (\"seed\")");
+            }
+            if (j.contains("shrink_steps")) {
+                if (!j["shrink_steps"].is_number_unsigned() || j["shrink_steps"].get<uint64_t>() > INT32_MAX)
+                    throw BadInput(path + ": \"shrink_steps\" is " + j["shrink_steps"].dump() +
+                                   ", expected an integer from 0 to " + std::to_string(INT32_MAX));
+                d.shrink_steps = static_cast<int>(j["shrink_steps"].get<uint64_t>());
+            }
             return d;
         }
         d.property = prop::find_property(d.property_id);
@@ -130,12 +147,19 @@ int replay(const ReplayOptions& o) {
     if (!d.recorded_reason.empty()) std::cout << "recorded: " << d.recorded_verdict << ": " << d.recorded_reason << "\n";
     if (d.recorded_mismatch)
         std::cout << "recorded first mismatch: " << prop::mismatch_text(*d.recorded_mismatch) << "\n";
-    // A model-level case is drawn again from its seed inside the caps declared now (here: no plugin code runs).
-    std::cout << indent(d.level == Level::Model ? model::draw_case(d.seed, subj.model->caps).describe()
-                                                : prop::describe(d.c),
+    // A model-level case is the file's, run as it is; a file without one has its case drawn again from the seed
+    // inside the caps declared now (here: no plugin code runs).
+    if (d.model_case && d.shrink_steps > 0)
+        std::cout << "the recorded case, shrunk in " << d.shrink_steps << " steps from the case drawn from seed "
+                  << d.seed << ":\n";
+    else if (d.level == Level::Model && !d.model_case)
+        std::cout << "the case drawn from seed " << d.seed << " (the file records no case):\n";
+    std::cout << indent(d.level == Level::Operation ? prop::describe(d.c)
+                        : d.model_case          ? d.model_case->describe()
+                                                : model::draw_case(d.seed, subj.model->caps).describe(),
                         "  ");
     const CaseRun run = d.level == Level::Model
-                            ? run_model_case_isolated(subj, d.property_id, d.id, d.seed, o.timeout)
+                            ? replay_model_case_isolated(subj, d.property_id, d.id, d.seed, d.model_case, o.timeout)
                             : replay_isolated(subj, *d.property, d.c, d.id, d.seed, o.timeout);
     const prop::CaseResult& r = run.result;
     std::cout << "verdict: " << prop::verdict_name(r.verdict) << "\n";

@@ -223,6 +223,7 @@ int validate(const ValidateOptions& o) {
     Progress progress(total_cases);
     std::vector<Row> rows;
     int totals[kVerdictCount] = {};
+    int outside_total = 0; // cases outside the declaration, of every implementation: no verdict
     int unshrunk_failures = 0;
     std::vector<std::string> quant_lines; // the quantization loss of each property that has quantized cases
     uint64_t case_processes = 0; // processes started for cases (a batch is one; shrinking happens inside a case's)
@@ -231,6 +232,7 @@ int validate(const ValidateOptions& o) {
         progress.clear();
         std::cout << "\n" << subject_header(subj) << std::flush;
         nlohmann::json case_list = nlohmann::json::array();
+        nlohmann::json outside_list = nlohmann::json::array(); // cases outside the declaration, apart from verdicts
         std::map<std::string, int> printed_in_full; // per property
         std::map<std::string, int> failures;        // per property: the first shrink_first are shrunk
         int counts[kVerdictCount] = {};
@@ -244,7 +246,18 @@ int validate(const ValidateOptions& o) {
             Row& row = rows.back();
             CaseRun run;
             bool shrink = true;
-            if (ref.level == Level::Operation) {
+            // A case outside the declaration is decided here from the declared caps (harness code only): no child
+            // starts for a case that cannot test anything.
+            std::optional<prop::CaseResult> outside;
+            if (ref.level == Level::Operation)
+                outside = prop::outside_declaration(
+                    subj.target.caps, *ref.property,
+                    prop::generate_case(*ref.property, settings, ref.index, &subj.target.caps));
+            if (outside) {
+                run.result = std::move(*outside);
+                run.result.id = prop::case_id(pid, ref.index);
+                run.result.seed = prop::case_seed(seed, pid, ref.index);
+            } else if (ref.level == Level::Operation) {
                 // The parent decides before the child starts: cases run one at a time, so it knows the FAILs so far.
                 shrink = failures[pid] < shrink_first;
                 const std::string unshrunk_note =
@@ -257,12 +270,32 @@ int validate(const ValidateOptions& o) {
                     run = run_case_isolated(subj, *ref.property, settings, ref.index, o.timeout, unshrunk_note);
                     ++case_processes;
                 }
-            } else {
+            } else { // the same --shrink-first rule as above
+                shrink = failures[pid] < shrink_first;
                 run = run_model_case_isolated(subj, pid, prop::case_id(pid, ref.index),
-                                              model_case_seed(seed, pid, ref.index), o.timeout);
+                                              model_case_seed(seed, pid, ref.index), o.timeout,
+                                              shrink ? std::string()
+                                                     : "not shrunk: only the first " + std::to_string(shrink_first) +
+                                                           " failures of " + pid + " are shrunk (--shrink-first)");
                 ++case_processes;
             }
             const prop::CaseResult& r = run.result;
+            const auto property_done = [&] {
+                progress.step(subj.label, r.id);
+                if (k + 1 == cases.size() || cases[k + 1].property_id() != pid)
+                    progress.property_done(subj.label, pid, row);
+            };
+            if (r.outside_declaration) {
+                add_to_row(row, r);
+                ++outside_total;
+                outside_list.push_back({{"id", r.id},
+                                        {"property", r.property},
+                                        {"level", level_name(ref.level)},
+                                        {"seed", r.seed},
+                                        {"reason", r.reason}});
+                property_done();
+                continue;
+            }
             if (r.verdict == Verdict::Fail) ++failures[pid];
             if (r.verdict == Verdict::Fail && !shrink) ++unshrunk_failures;
             const int vi = verdict_index(r.verdict);
@@ -271,7 +304,7 @@ int validate(const ValidateOptions& o) {
             ++totals[vi];
             nlohmann::json cj = prop::to_json(r);
             if (ref.level == Level::Model) {
-                cj.erase("counterexample"); // the case is its seed
+                cj.erase("counterexample"); // the operation level's form; the model case is "model_case"
                 cj.erase("counterexample_text");
             }
             cj["level"] = level_name(ref.level);
@@ -303,9 +336,7 @@ int validate(const ValidateOptions& o) {
                           << case_details(r, subj.label, run.case_text, run.output, command, seed, full) << std::flush;
             }
             case_list.push_back(std::move(cj));
-            progress.step(subj.label, r.id);
-            if (k + 1 == cases.size() || cases[k + 1].property_id() != pid)
-                progress.property_done(subj.label, pid, row.counts);
+            property_done();
         }
         nlohmann::json impl = subject_json(subj);
         nlohmann::json per_property = nlohmann::json::array();
@@ -314,6 +345,7 @@ int validate(const ValidateOptions& o) {
                                     {"level", level_name(rows[i].level)},
                                     {"core", rows[i].core},
                                     {"counts", counts_json(rows[i].counts)},
+                                    {"outside_declaration", rows[i].outside},
                                     {"worst_headroom", rows[i].worst.json()},
                                     {"result", row_result(rows[i], o.shard.empty())}});
             const nlohmann::json loss = quantization_loss_summary(case_list, rows[i].property);
@@ -329,6 +361,7 @@ int validate(const ValidateOptions& o) {
         impl["conformant"] = nonconformant(counts) == 0 && !untested_core;
         impl["properties"] = per_property;
         impl["cases"] = std::move(case_list);
+        impl["outside_declaration"] = std::move(outside_list);
         report["implementations"].push_back(std::move(impl));
     }
     progress.clear();
@@ -337,6 +370,7 @@ int validate(const ValidateOptions& o) {
     for (const auto& impl : report["implementations"]) ok = ok && impl["conformant"].get<bool>();
     const int code = ok ? kExitOk : kExitNotConformant;
     report["counts"] = counts_json(totals);
+    report["outside_declaration"] = outside_total;
     report["run"]["case_processes"] = case_processes;
     report["conformant"] = ok;
     report["exit_code"] = code;
@@ -353,7 +387,8 @@ int validate(const ValidateOptions& o) {
         for (const auto& impl : report["implementations"])
             std::cout << impl["label"].get<std::string>() << ": "
                       << (impl["conformant"].get<bool>() ? "CONFORMANT" : "NOT CONFORMANT") << "\n";
-    std::cout << "overall: " << (ok ? "CONFORMANT" : "NOT CONFORMANT") << " (" << counts_text(totals) << "; seed "
+    std::cout << "overall: " << (ok ? "CONFORMANT" : "NOT CONFORMANT") << " (" << counts_text(totals)
+              << outside_text(outside_total) << "; seed "
               << seed << ")\n";
 
     // both reports or neither: a half-written pair is as misleading as a half-written file

@@ -32,14 +32,19 @@ int nonconformant(const int counts[kVerdictCount]) {
 }
 
 void add_to_row(Row& row, const prop::CaseResult& r) {
+    if (r.outside_declaration) {
+        ++row.outside;
+        return;
+    }
     ++row.counts[verdict_index(r.verdict)];
     row.worst.add(r);
 }
 
-// A core property whose every case was NOT_SUPPORTED tested nothing: that is no conformance claim.
+// A core property whose every case was NOT_SUPPORTED or outside the declaration tested nothing: that is no
+// conformance claim.
 bool core_never_ran(const Row& r) {
     const int total = sum(r.counts);
-    return r.core && total > 0 && r.counts[verdict_index(Verdict::NotSupported)] == total;
+    return r.core && total + r.outside > 0 && r.counts[verdict_index(Verdict::NotSupported)] == total;
 }
 
 std::string row_result(const Row& r, bool judge_core) {
@@ -47,7 +52,7 @@ std::string row_result(const Row& r, bool judge_core) {
     const int total = sum(counts);
     if (nonconformant(counts)) return "NOT CONFORMANT";
     if (judge_core && core_never_ran(r)) return "NOT CONFORMANT (core property, no case ran)";
-    if (total == 0) return "-";
+    if (total == 0) return r.outside ? "not declared" : "-";
     if (counts[verdict_index(Verdict::NotSupported)] == total) return "not supported";
     if (counts[verdict_index(Verdict::QualityWarning)]) return "ok (quality warnings)";
     return "ok";
@@ -55,6 +60,7 @@ std::string row_result(const Row& r, bool judge_core) {
 
 std::string counts_text(const int counts[kVerdictCount]) {
     std::ostringstream s;
+    if (sum(counts) == 0) return "0 cases";
     s << sum(counts) << " cases:";
     bool any = false;
     for (int i = 0; i < kVerdictCount; ++i)
@@ -63,6 +69,10 @@ std::string counts_text(const int counts[kVerdictCount]) {
             any = true;
         }
     return s.str();
+}
+
+std::string outside_text(int n) {
+    return n ? ", " + std::to_string(n) + " outside the declaration" : std::string();
 }
 
 nlohmann::json counts_json(const int counts[kVerdictCount]) {
@@ -78,6 +88,7 @@ std::string verdict_table(const std::vector<Row>& rows, bool with_label, bool wi
     if (with_level) head.push_back("level");
     head.push_back("property");
     for (Verdict v : kVerdicts) head.push_back(prop::verdict_name(v));
+    head.push_back("outside");
     head.push_back("worst headroom");
     head.push_back("result");
     cells.push_back(head);
@@ -87,14 +98,15 @@ std::string verdict_table(const std::vector<Row>& rows, bool with_label, bool wi
         if (with_level) line.push_back(level_name(r.level));
         line.push_back(r.property);
         for (int i = 0; i < kVerdictCount; ++i) line.push_back(std::to_string(r.counts[i]));
+        line.push_back(std::to_string(r.outside));
         line.push_back(r.worst.text());
         line.push_back(row_result(r, judge_core));
         cells.push_back(line);
     }
-    // Count columns share one fixed width, that of the longest verdict name (QUALITY_WARNING, 15 characters), so
-    // tables of different runs line up whatever the counts.
+    // Count columns (the verdicts and "outside") share one fixed width, that of the longest verdict name
+    // (QUALITY_WARNING, 15 characters), so tables of different runs line up whatever the counts.
     const std::size_t first_count = 1 + (with_label ? 1 : 0) + (with_level ? 1 : 0),
-                      last_count = first_count + kVerdictCount;
+                      last_count = first_count + kVerdictCount + 1;
     std::size_t count_width = 0;
     for (Verdict v : kVerdicts) count_width = std::max(count_width, std::string(prop::verdict_name(v)).size());
     std::vector<std::size_t> width(head.size(), 0);

@@ -41,11 +41,12 @@ ModelCase draw_case(uint64_t seed, const kvcm_caps& caps) {
     d.struct_size = sizeof d;
     const bool free_head_dim = (caps.features & KVCM_FEATURE_FREE_HEAD_DIM) != 0;
 
-    d.n_layers = static_cast<uint32_t>(r.in(1, static_cast<int>(cap(caps.max_layers, 4))));
+    using B = CaseBounds;
+    d.n_layers = static_cast<uint32_t>(r.in(1, static_cast<int>(cap(caps.max_layers, B::layers))));
     // heads: KV heads and a group size (1 = MHA, n_kv_heads 1 = MQA), within both head limits
-    const int max_kv = static_cast<int>(cap(caps.max_kv_heads, 3));
+    const int max_kv = static_cast<int>(cap(caps.max_kv_heads, B::kv_heads));
     d.n_kv_heads = static_cast<uint32_t>(r.in(1, max_kv));
-    const int max_group = std::max(1, static_cast<int>(cap(caps.max_heads, 12) / d.n_kv_heads));
+    const int max_group = std::max(1, static_cast<int>(cap(caps.max_heads, B::heads) / d.n_kv_heads));
     d.n_heads = d.n_kv_heads * static_cast<uint32_t>(r.in(1, std::min(4, max_group)));
 
     std::vector<uint32_t> ropes;
@@ -53,18 +54,22 @@ ModelCase draw_case(uint64_t seed, const kvcm_caps& caps) {
         if (caps.rope_variants & (1u << v)) ropes.push_back(v);
     if (ropes.empty()) ropes.push_back(KVC_ROPE_NONE); // the caps check already refused a table without variants
     d.rope = r.pick(ropes);
-    const uint32_t max_hd = cap(caps.max_head_dim, 32);
+    const uint32_t max_hd = cap(caps.max_head_dim, B::head_dim);
+    // n_heads * head_dim is d_model unless the head dim is free; a free one still keeps a declared max_dim
+    const uint32_t max_heads_dim = !free_head_dim ? cap(caps.max_dim, 128) : caps.max_dim ? caps.max_dim : B::dim;
     std::vector<uint32_t> dims;
     for (uint32_t h : d.rope == KVC_ROPE_NONE ? std::vector<uint32_t>{1, 3, 4, 5, 8, 12, 16, 32}
                                               : std::vector<uint32_t>{2, 4, 6, 8, 12, 16, 32})
-        if (h <= max_hd && (free_head_dim || d.n_heads * h <= cap(caps.max_dim, 128))) dims.push_back(h);
+        if (h <= max_hd && d.n_heads * h <= max_heads_dim) dims.push_back(h);
     if (dims.empty()) dims.push_back(d.rope == KVC_ROPE_NONE ? 1 : 2);
     d.head_dim = r.pick(dims);
     d.dim = d.n_heads * d.head_dim;
-    if (free_head_dim && r.in(0, 1) == 1) d.dim = static_cast<uint32_t>(r.in(4, static_cast<int>(cap(caps.max_dim, 64))));
-    d.hidden_dim = static_cast<uint32_t>(r.in(4, static_cast<int>(cap(caps.max_hidden_dim, 96))));
-    d.vocab_size = r.pick(std::vector<uint32_t>{2, 7, 16, 31, 64, 100, 257});
-    d.vocab_size = std::min(d.vocab_size, cap(caps.max_vocab, 257));
+    if (free_head_dim && cap(caps.max_dim, 64) >= 4 && r.in(0, 1) == 1)
+        d.dim = static_cast<uint32_t>(r.in(4, static_cast<int>(cap(caps.max_dim, 64))));
+    d.hidden_dim = static_cast<uint32_t>(r.in(std::min(4, static_cast<int>(cap(caps.max_hidden_dim, B::hidden_dim))),
+                                              static_cast<int>(cap(caps.max_hidden_dim, B::hidden_dim))));
+    d.vocab_size = r.pick(std::vector<uint32_t>{2, 7, 16, 31, 64, 100, B::vocab});
+    d.vocab_size = std::min(d.vocab_size, cap(caps.max_vocab, B::vocab));
 
     const double log_theta = std::log(100.0) + r.uniform() * (std::log(1e6) - std::log(100.0));
     d.rope_theta = static_cast<float>(r.pick(std::vector<double>{10000.0, 100.0, 500000.0, 1e6, std::exp(log_theta)}));
@@ -80,8 +85,8 @@ ModelCase draw_case(uint64_t seed, const kvcm_caps& caps) {
     const bool tied_ok = (caps.features & KVCM_FEATURE_TIED) != 0, untied_ok = (caps.features & KVCM_FEATURE_UNTIED) != 0;
     d.tied = tied_ok && (!untied_ok || r.in(0, 1) == 1) ? 1u : 0u;
     d.cache_dtype = KVC_DTYPE_F32;
-    d.max_seqs = std::min<uint32_t>(cap(caps.max_seqs, 3), 3);
-    d.max_context = cap(caps.max_context, r.pick(std::vector<uint32_t>{8, 16, 32, 48, 64}));
+    d.max_seqs = cap(caps.max_seqs, B::seqs);
+    d.max_context = cap(caps.max_context, r.pick(std::vector<uint32_t>{8, 16, 32, 48, B::context}));
     c.weights_format = (caps.weight_formats & (1u << KVCM_WEIGHTS_SAFETENSORS)) ? KVCM_WEIGHTS_SAFETENSORS
                                                                                  : KVCM_WEIGHTS_FLAT_F32;
 

@@ -1,6 +1,7 @@
 #include "kvcheck/model/model_properties.hpp"
 
 #include "kvcheck/model/model_oracle.hpp"
+#include "kvcheck/model/model_shrink.hpp"
 #include "kvcheck/model/weights_io.hpp"
 
 #include <algorithm>
@@ -15,9 +16,13 @@
 namespace kvc::model {
 namespace {
 
-// A property does not hold: the message is the counterexample.
+// A property does not hold: the message is the counterexample. `excess`: how far past the bound the failing value
+// lay (|difference| / allowed; a greedy choice: margin / twice the bound); infinite for a failure that compares no
+// value with a bound (a count, a refused call).
 struct Violation : std::runtime_error {
-    using std::runtime_error::runtime_error;
+    explicit Violation(const std::string& what, double excess_ = HUGE_VAL)
+        : std::runtime_error(what), excess(excess_) {}
+    double excess;
 };
 // The property cannot run on this implementation (a capability it does not declare).
 struct Unsupported : std::runtime_error {
@@ -123,7 +128,8 @@ void compare_logits(Ctx& x, const Feed& f, const std::string& label, size_t firs
                                 std::to_string(r.pos) + " (the logits after token " + std::to_string(r.pos) +
                                 " of the history), logit index " + std::to_string(i) + ": engine " + num(e) +
                                 ", reference " + num(ref) + ", |difference| " + num(diff) + " > allowed " + num(a) +
-                                " (naive f32 estimate of the row " + num(o.logit_est[r.pos]) + ")");
+                                " (naive f32 estimate of the row " + num(o.logit_est[r.pos]) + ")",
+                                diff / a);
             x.headroom = std::max(x.headroom, diff / a);
         }
         // greedy: the token the engine chose from this row must be the reference's unless the margin is in the bound
@@ -135,7 +141,8 @@ void compare_logits(Ctx& x, const Feed& f, const std::string& label, size_t firs
             if (best != chosen && margin > 2 * a)
                 throw Violation(label + ", greedy step after position " + std::to_string(r.pos) + ": the engine chose " +
                                 std::to_string(chosen) + ", the reference " + std::to_string(best) + " by a margin " +
-                                num(margin) + " > twice the bound " + num(a));
+                                num(margin) + " > twice the bound " + num(a),
+                                margin / (2 * a));
         }
     }
 }
@@ -195,7 +202,8 @@ void kv(Ctx& x) {
                                         (which == 0 ? "K" : "V") + " at position " + std::to_string(p) + ", KV head " +
                                         std::to_string(i / x.c.desc.head_dim) + ", dim " +
                                         std::to_string(i % x.c.desc.head_dim) + ": engine " + num(e) + ", reference " +
-                                        num(ref) + ", |difference| " + num(diff) + " > allowed " + num(a) + why);
+                                        num(ref) + ", |difference| " + num(diff) + " > allowed " + num(a) + why,
+                                        diff / a);
                     }
                     x.headroom = std::max(x.headroom, diff / a);
                 }
@@ -380,57 +388,77 @@ std::string model_property_summary(const std::string& id) {
     return it == summaries.end() ? std::string() : it->second;
 }
 
-PropertyResult run_model_property(const ModelTarget& target, const std::string& id, uint64_t seed, int n_cases) {
+PropertyResult run_model_case(const ModelTarget& target, const std::string& id, const ModelCase& c) {
     PropertyResult r;
     r.id = id;
-    r.first_seed = seed;
+    r.first_seed = c.seed;
     const auto it = table().find(id);
     if (it == table().end()) {
         r.verdict = Verdict::Error;
         r.message = "unknown model property \"" + id + "\"";
         return r;
     }
-    if (const std::string why = missing(target, id); !why.empty()) {
+    std::string why = missing(target, id);
+    if (const std::string outside = outside_caps(c, target.caps()); why.empty() && !outside.empty())
+        why = "the case lies outside what the engine declares: " + outside;
+    if (!why.empty()) {
         r.verdict = Verdict::NotSupported;
         r.message = why;
         return r;
     }
+    try {
+        Ctx x(target, c);
+        it->second(x);
+        r.worst_headroom = x.headroom;
+        r.cases_run = 1;
+        r.message = "1 case, headroom " + num(x.headroom);
+        return r;
+    } catch (const Violation& e) {
+        r.verdict = Verdict::Fail;
+        r.failure = e.what();
+        r.excess = e.excess;
+    } catch (const LentViolation& e) { // a write outside a lent buffer: the property that made the call fails
+        r.verdict = Verdict::Fail;
+        r.failure = id + ": " + e.what();
+        r.excess = HUGE_VAL;
+    } catch (const Unsupported& e) {
+        r.verdict = Verdict::NotSupported;
+        r.message = e.what();
+        return r;
+    } catch (const CallError& e) {
+        r.verdict = Verdict::Error; // a declared capability refused, or a call failing inside the caps
+        r.failure = id + ": " + e.what() + " (" + status_text(e.status()) + ")";
+        r.out_of_memory = e.status() == KVC_ERR_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+        r.out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+        r.verdict = Verdict::Error;
+        r.failure = id + ": harness error: " + e.what();
+    }
+    r.case_seed = c.seed;
+    r.the_case = c;
+    r.message = c.describe() + "\n" + r.failure;
+    return r;
+}
+
+PropertyResult run_model_property(const ModelTarget& target, const std::string& id, uint64_t seed, int n_cases,
+                                  int max_shrink_runs) {
+    PropertyResult r;
+    r.id = id;
+    r.first_seed = seed;
     for (int k = 0; k < n_cases; ++k) {
         const uint64_t case_seed = seed + static_cast<uint64_t>(k);
-        ModelCase c = draw_case(case_seed, target.caps());
-        const std::string replay = "\nreplay: seed " + std::to_string(case_seed) + ", 1 case";
-        try {
-            Ctx x(target, c);
-            it->second(x);
-            r.worst_headroom = std::max(r.worst_headroom, x.headroom);
+        PropertyResult one = run_model_case(target, id, draw_case(case_seed, target.caps()));
+        if (one.verdict == Verdict::Pass) {
+            r.worst_headroom = std::max(r.worst_headroom, one.worst_headroom);
             ++r.cases_run;
-        } catch (const Violation& e) {
-            r.verdict = Verdict::Fail;
-            r.case_seed = case_seed;
-            r.message = c.describe() + "\n" + e.what() + replay;
-            return r;
-        } catch (const LentViolation& e) { // a write outside a lent buffer: the property that made the call fails
-            r.verdict = Verdict::Fail;
-            r.case_seed = case_seed;
-            r.message = c.describe() + "\n" + id + ": " + e.what() + replay;
-            return r;
-        } catch (const Unsupported& e) {
-            r.verdict = Verdict::NotSupported;
-            r.message = e.what();
-            return r;
-        } catch (const CallError& e) {
-            r.verdict = Verdict::Error; // a declared capability refused, or a call failing inside the caps
-            r.case_seed = case_seed;
-            r.message = c.describe() + "\n" + id + ": " + e.what() + " (" + status_text(e.status()) + ")" + replay;
-            r.out_of_memory = e.status() == KVC_ERR_OUT_OF_MEMORY;
-            return r;
-        } catch (const std::exception& e) {
-            r.out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
-            r.verdict = Verdict::Error;
-            r.case_seed = case_seed;
-            r.message = c.describe() + "\n" + id + ": harness error: " + e.what() + replay;
-            return r;
+            continue;
         }
+        one.first_seed = seed;
+        one.cases_run = r.cases_run;
+        if (one.the_case) one.message += "\nreplay: seed " + std::to_string(case_seed) + ", 1 case";
+        if (one.verdict == Verdict::Fail && max_shrink_runs > 0)
+            return shrink_model_failure(target, id, std::move(one), max_shrink_runs);
+        return one;
     }
     r.message = std::to_string(r.cases_run) + " cases from seed " + std::to_string(seed) + ", worst headroom " +
                 num(r.worst_headroom);

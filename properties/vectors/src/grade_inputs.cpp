@@ -194,6 +194,25 @@ Vectors load_vectors(const fs::path& dir) {
     return v;
 }
 
+std::string driver_error_reason(const fs::path& results_dir, const std::string& json_name) {
+    try {
+        const json j = harness::parse_json_strict(harness::read_bounded(
+            harness::confined_path(results_dir.string(), json_name), harness::kMaxJsonBytes));
+        if (!j.is_object() || !j.contains("error") || !j["error"].is_object()) return "";
+        const json& e = j["error"];
+        if (!e.contains("message") || !e["message"].is_string()) return "";
+        constexpr std::size_t kMaxMessage = 2000; // a traceback may be long; the first part says what failed
+        std::string message = e["message"].get<std::string>();
+        if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage) + "...";
+        std::string where;
+        if (e.contains("step") && e["step"].is_number_integer()) where = " at step " + e["step"].dump();
+        if (e.contains("call") && e["call"].is_string()) where += " (" + e["call"].get<std::string>() + ")";
+        return "the driver recorded an error" + where + ": " + harness::printable(message, true);
+    } catch (const std::exception&) {
+        return "";
+    }
+}
+
 Results load_results(const fs::path& dir) {
     const fs::path mpath = dir / "manifest.json";
     const std::string m = mpath.string();

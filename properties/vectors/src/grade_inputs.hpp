@@ -62,4 +62,9 @@ struct Results {
 // Reads dir/manifest.json of the results; throws BadInput.
 Results load_results(const std::filesystem::path& dir);
 
+// A case's error record (docs/vectors.md: RESULTS/<file>.json alone, {"case", "error": {"step", "call", "message"}})
+// as a reason: what the library said, where. Empty when the file is not such a record (then the missing
+// .safetensors is the reason). Never throws: a malformed record is no record.
+std::string driver_error_reason(const std::filesystem::path& results_dir, const std::string& json_name);
+
 } // namespace kvc::vec

@@ -1,15 +1,16 @@
 // kvcheck grade: what an implementation wrote back for exported vectors, graded with the checks that make sense
 // offline (EQUIV, CACHE-CONTENT, APPEND-ONLY, MEMORY and the properties built from them). The harness's model is
 // rebuilt from the case's script and data seed, exactly as the plugin session keeps it, and each step of the
-// results is checked against it. docs/vectors.md specifies the results.
+// results is checked against it. docs/vectors.md specifies the results. What grading finds is printed and written
+// by grade_report.cpp.
 #include "kvcheck/vectors/vectors.hpp"
 
 #include "grade_inputs.hpp"
+#include "grade_report.hpp"
 
 #include "kvcheck/harness/errors.hpp"
 #include "kvcheck/harness/input_file.hpp"
 #include "kvcheck/harness/report.hpp"
-#include "kvcheck/harness/worst_headroom.hpp"
 #include "kvcheck/vectors/safetensors.hpp"
 #include "kvcheck/vectors/caps.hpp"
 #include "kvcheck/vectors/model.hpp"
@@ -23,7 +24,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <iomanip>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -262,17 +262,6 @@ private:
     int step_ = -1;
 };
 
-struct Graded {
-    prop::CaseResult r;
-    int step = -1;         // the step of the first failure or error (-1: none, or not tied to a step)
-    bool outputs = false;  // the case's property grades outputs (headroom means something)
-    // Outside the declaration: not graded and no verdict, counted apart (docs/vectors.md). `needs` says why;
-    // `exported` is false for a case export left out.
-    bool outside = false, exported = true;
-    std::vector<std::string> needs;
-    bool skipped = false;  // no results although the results declare what the case needs (an ERROR)
-};
-
 std::string joined(const std::vector<std::string>& words) {
     std::string s;
     for (const std::string& w : words) s += (s.empty() ? "" : ", ") + w;
@@ -322,7 +311,8 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
     }
     if (!has_st || !has_js) {
         g.r.verdict = prop::Verdict::Error;
-        g.r.reason = (has_st ? jsp : stp).string() + " is missing";
+        g.r.reason = has_st ? "" : driver_error_reason(results_dir, jsp.filename().string());
+        if (g.r.reason.empty()) g.r.reason = (has_st ? jsp : stp).string() + " is missing";
         return g;
     }
     // The stems are plain names, but either file may be a symbolic link: it must not lead out of the results.
@@ -380,22 +370,11 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
     return g;
 }
 
-// ---- reports ----
-
-std::string detail(const Graded& g) {
-    std::string d = g.r.reason;
-    if (g.step >= 0) d += " [step " + std::to_string(g.step) + "]";
-    if (g.r.mismatch) d += "; first mismatch: " + g.r.mismatch->describe();
-    return d;
-}
-
 } // namespace
 
 int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
-    Vectors vectors;
-    Results res;
-    std::vector<Graded> all;
-    std::vector<std::string> warnings; // on stderr and in the report: what grade did that the user may not expect
+    GradeReport rep; // what grading finds, for report_grade to print and write
+    const Results& res = rep.results;
     try {
         if (!fs::is_directory(o.vectors)) throw BadInput(o.vectors + ": not a directory (--vectors)");
         if (!fs::is_directory(o.results)) throw BadInput(o.results + ": not a directory (--results)");
@@ -404,8 +383,9 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         std::string why;
         if (!harness::check_output_files({{"--report", o.report}, {"--junit", o.junit}}, why))
             throw BadInput("cannot write the report: " + why);
-        vectors = load_vectors(o.vectors);
-        res = load_results(o.results);
+        const Vectors vectors = load_vectors(o.vectors);
+        rep.vectors_seed = vectors.seed;
+        rep.results = load_results(o.results);
         // Which cases lie outside the declaration must mean one thing for the export and the grade: results that
         // declare less than the export was given would turn exported cases the driver skipped into cases "outside
         // the declaration" without a word. Results that declare more change nothing: every exported case is inside.
@@ -419,9 +399,9 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
                                ". Write the results manifest with the declaration given to `kvcheck export --caps`, "
                                "or export again with the results' declaration");
             if (vectors.declared.has_pipeline && !same_pipeline(vectors.declared, res.declared))
-                warnings.push_back("the results declare the pipeline " + res.declared.pipeline_text +
-                                   ", the export was given " + vectors.declared.pipeline_text + ": graded for " +
-                                   res.declared.pipeline_text);
+                rep.warnings.push_back("the results declare the pipeline " + res.declared.pipeline_text +
+                                       ", the export was given " + vectors.declared.pipeline_text + ": graded for " +
+                                       res.declared.pipeline_text);
         }
         for (const Refused& rf : vectors.refused) { // outside the declaration the export was given
             Graded g;
@@ -431,15 +411,16 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
             g.outside = true;
             g.exported = false;
             g.needs = rf.needs;
-            all.push_back(std::move(g));
+            rep.cases.push_back(std::move(g));
         }
-        for (const VCase& vc : vectors.cases) all.push_back(grade_case(vc, res, o.results));
+        for (const VCase& vc : vectors.cases) rep.cases.push_back(grade_case(vc, res, o.results));
     } catch (const BadInput& e) {
         err << "kvcheck grade: " << harness::printable(e.what(), true) << "\n";
         return harness::kExitBadInput;
     }
 
     // the order of the export: property by property, index by index, refused cases among the exported ones
+    std::vector<Graded>& all = rep.cases;
     std::map<std::string, size_t> rank;
     for (const Graded& g : all) rank.emplace(g.r.property, rank.size());
     const auto index_of = [](const std::string& id) { // "EQUIV/12" -> 12; an id of another shape sorts first
@@ -452,167 +433,35 @@ int run_grade(const GradeOptions& o, std::ostream& out, std::ostream& err) {
         const size_t ra = rank[a.r.property], rb = rank[b.r.property];
         return ra != rb ? ra < rb : index_of(a.r.id) < index_of(b.r.id);
     });
+    rep.properties.resize(rank.size()); // ranks are 0, 1, ... in the order first seen
+    for (const auto& [p, r] : rank) rep.properties[r] = p;
 
     // Cases outside the declaration get no verdict: they are counted apart, grouped by what they need.
-    size_t n_outside = 0, n_outside_exported = 0, n_skipped = 0;
-    std::map<std::string, int> outside_by_property;
-    std::vector<std::pair<std::string, std::vector<std::string>>> outside_groups; // "needs ..." -> ids, first seen
+    size_t n_outside_exported = 0, n_skipped = 0;
     for (const Graded& g : all) {
         n_skipped += g.skipped;
         if (!g.outside) continue;
-        ++n_outside;
+        ++rep.n_outside;
         n_outside_exported += g.exported;
-        ++outside_by_property[g.r.property];
-        const std::string key = "needing " + joined(g.needs) + (g.exported ? " (exported, no results)" : " (not exported)");
-        auto it = std::find_if(outside_groups.begin(), outside_groups.end(),
-                               [&](const auto& x) { return x.first == key; });
-        if (it == outside_groups.end()) it = outside_groups.insert(outside_groups.end(), {key, {}});
+        ++rep.outside_by_property[g.r.property];
+        const std::string key =
+            "needing " + joined(g.needs) + (g.exported ? " (exported, no results)" : " (not exported)");
+        auto& groups = rep.outside_groups;
+        auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == key; });
+        if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
         it->second.push_back(g.r.id);
     }
     if (n_outside_exported > 0)
-        warnings.push_back(std::to_string(n_outside_exported) + " exported case" +
-                           (n_outside_exported == 1 ? " has" : "s have") +
-                           " no results and lie outside the results' declaration: not graded (export with --caps "
-                           "to leave them out, or declare what they need and run them)");
+        rep.warnings.push_back(std::to_string(n_outside_exported) + " exported case" +
+                               (n_outside_exported == 1 ? " has" : "s have") +
+                               " no results and lie outside the results' declaration: not graded (export with "
+                               "--caps to leave them out, or declare what they need and run them)");
     if (n_skipped > 0)
-        warnings.push_back("the driver wrote no results for " + std::to_string(n_skipped) + " case" +
-                           (n_skipped == 1 ? "" : "s") +
-                           " inside its declaration: each is an ERROR (a driver for an older vectors format skips "
-                           "append_batch steps; see docs/vectors.md)");
-    for (const std::string& w : warnings) err << "kvcheck grade: warning: " << harness::printable(w, true) << "\n";
-
-    const prop::Verdict order[] = {prop::Verdict::Pass, prop::Verdict::QualityWarning, prop::Verdict::Fail,
-                                   prop::Verdict::Error};
-    constexpr int kVerdictWidth = 15; // QUALITY_WARNING, the longest verdict name
-    std::map<std::string, int> counts;
-    std::map<std::string, std::map<std::string, int>> by_property;
-    std::map<std::string, harness::WorstHeadroom> worst; // per property
-    std::map<std::string, int> notes; // note -> cases carrying it
-    bool bad = false;
-    size_t width = 8;
-    for (const Graded& g : all) width = std::max(width, g.r.id.size());
-    out << "kvcheck grade: " << res.name << (res.version.empty() ? "" : " " + res.version) << ", pipeline "
-        << res.declared.pipeline_text << ", " << all.size() - n_outside << " cases graded";
-    if (n_outside > 0) out << ", " << n_outside << " outside the declaration";
-    out << "\n";
-    for (const Graded& g : all) {
-        if (g.outside) continue;
-        const char* v = prop::verdict_name(g.r.verdict);
-        ++counts[v];
-        ++by_property[g.r.property][v];
-        if (g.outputs) worst[g.r.property].add(g.r);
-        for (const std::string& n : g.r.notes) ++notes[n];
-        bad = bad || g.r.verdict == prop::Verdict::Fail || g.r.verdict == prop::Verdict::Error;
-        std::ostringstream line;
-        line << "  " << std::left << std::setw(static_cast<int>(width)) << g.r.id << "  " << std::setw(kVerdictWidth)
-             << v << "  ";
-        if (g.r.verdict == prop::Verdict::Fail) line << g.r.failed_property << ": ";
-        if (g.r.verdict == prop::Verdict::Pass) {
-            if (g.outputs) line << std::setprecision(3) << "headroom " << g.r.headroom;
-        } else {
-            line << detail(g);
-        }
-        std::string text = line.str();
-        text.erase(text.find_last_not_of(' ') + 1);
-        out << text << "\n";
-    }
-    if (n_outside > 0) {
-        out << "outside the declaration, not graded: " << n_outside << (n_outside == 1 ? " case" : " cases") << "\n";
-        constexpr size_t kIdsShown = 5;
-        for (const auto& [key, ids] : outside_groups) {
-            out << "  " << ids.size() << " " << key << ":";
-            for (size_t k = 0; k < ids.size() && k < kIdsShown; ++k) out << (k ? ", " : " ") << ids[k];
-            if (ids.size() > kIdsShown) out << " and " << ids.size() - kIdsShown << " more";
-            out << "\n";
-        }
-    }
-    // counts per property, one fixed-width column per verdict, then the cases outside the declaration
-    size_t pw = 8;
-    for (const auto& [p, r] : rank) pw = std::max(pw, p.size());
-    out << "  " << std::left << std::setw(static_cast<int>(pw)) << "property";
-    for (prop::Verdict v : order) out << "  " << std::right << std::setw(kVerdictWidth) << prop::verdict_name(v);
-    out << "  " << std::right << std::setw(kVerdictWidth) << "outside";
-    out << "  worst headroom\n";
-    std::vector<std::pair<size_t, std::string>> props;
-    for (const auto& [p, r] : rank) props.emplace_back(r, p);
-    std::sort(props.begin(), props.end());
-    for (const auto& pr : props) {
-        out << "  " << std::left << std::setw(static_cast<int>(pw)) << pr.second;
-        for (prop::Verdict v : order)
-            out << "  " << std::right << std::setw(kVerdictWidth) << by_property[pr.second][prop::verdict_name(v)];
-        out << "  " << std::right << std::setw(kVerdictWidth) << outside_by_property[pr.second];
-        out << "  " << worst[pr.second].text() << "\n";
-    }
-    for (const auto& [n, k] : notes) out << "note (" << k << (k == 1 ? " case" : " cases") << "): " << n << "\n";
-    out << std::left << "summary:";
-    for (const auto& [v, n] : counts) out << " " << n << " " << v;
-    out << (bad ? "  => NOT CONFORMANT" : "  => every graded case passes") << "\n";
-    const int code = bad ? harness::kExitNotConformant : harness::kExitOk;
-
-    try {
-        if (!o.report.empty() || !o.junit.empty()) {
-            json cases = json::array(), outside = json::array();
-            for (const Graded& g : all) {
-                if (g.outside) {
-                    outside.push_back({{"id", g.r.id},
-                                       {"property", g.r.property},
-                                       {"seed", g.r.seed},
-                                       {"needs", g.needs},
-                                       {"exported", g.exported}});
-                    continue;
-                }
-                json j = prop::to_json(g.r);
-                if (g.step >= 0) j["step"] = g.step;
-                if (g.skipped) j["skipped_by_driver"] = true;
-                cases.push_back(j);
-            }
-            json summary = json::object();
-            for (const auto& [v, n] : counts) summary[v] = n;
-            json properties = json::array(); // in the order of the export, as the table
-            for (const auto& pr : props) {
-                json c = json::object();
-                for (prop::Verdict v : order) c[prop::verdict_name(v)] = by_property[pr.second][prop::verdict_name(v)];
-                properties.push_back({{"id", pr.second},
-                                      {"counts", c},
-                                      {"outside_declaration", outside_by_property[pr.second]},
-                                      {"worst_headroom", worst[pr.second].json()}});
-            }
-            // The same shape as validate's report, so one JUnit writer (report.hpp) serves both; cases outside the
-            // declaration are not test cases there.
-            const json report = {{"kvcheck_grade", 1},
-                                 {"kvcheck_version", KVCHECK_VERSION},
-                                 {"suite_version", KVCHECK_VERSION},
-                                 {"run", {{"seed", vectors.seed}, {"profile", "offline"}}},
-                                 {"implementations",
-                                  json::array({{{"name", res.name},
-                                                {"label", res.name},
-                                                {"version", res.version},
-                                                {"precision", res.declared.pipeline_text},
-                                                {"pipeline", prop::to_json(res.declared.pipeline)},
-                                                {"capabilities", capability_words(res.declared.caps)},
-                                                {"declared", declared_to_json(res.declared)},
-                                                {"properties", properties},
-                                                {"cases", cases},
-                                                {"outside_declaration", outside}}})},
-                                 {"vectors_seed", vectors.seed},
-                                 {"summary", summary},
-                                 {"outside_declaration", n_outside},
-                                 {"warnings", warnings},
-                                 {"exit_code", code}};
-            std::vector<std::pair<std::string, std::string>> files; // both or neither
-            if (!o.report.empty()) files.emplace_back(o.report, harness::dump_json(report, 1) + "\n");
-            if (!o.junit.empty()) files.emplace_back(o.junit, harness::junit_from_report(report));
-            std::string error;
-            if (!harness::write_files_atomically(files, error)) { // exit 3, as validate (docs/cli.md)
-                err << "kvcheck grade: cannot write the report: " << harness::printable(error, true) << "\n";
-                return harness::kExitInternal;
-            }
-        }
-    } catch (const std::runtime_error& e) {
-        err << "kvcheck grade: " << harness::printable(e.what(), true) << "\n";
-        return harness::kExitBadInput;
-    }
-    return code;
+        rep.warnings.push_back("the driver wrote no results for " + std::to_string(n_skipped) + " case" +
+                               (n_skipped == 1 ? "" : "s") +
+                               " inside its declaration: each is an ERROR (a driver for an older vectors format "
+                               "skips append_batch steps; see docs/vectors.md)");
+    return report_grade(rep, o, out, err);
 }
 
 } // namespace kvc::vec

@@ -104,8 +104,12 @@ class KvcheckRunner:
         if run.returncode != 0:
             pytest.fail(f"kvcheck: {factory.__qualname__} is not conformant\n{run.stdout}", pytrace=False)
         counts = result.get("counts", {})
-        if self.property and counts and counts.get("NOT_SUPPORTED", 0) == sum(counts.values()):
-            reasons = {c.get("reason", "") for c in result["implementations"][0].get("cases", [])}
+        impl = result["implementations"][0]
+        # cases outside the declaration carry no verdict and are listed apart from the judged ones
+        outside = impl.get("outside_declaration", [])
+        untested = counts.get("NOT_SUPPORTED", 0) == sum(counts.values())
+        if self.property and untested and (outside or counts.get("NOT_SUPPORTED", 0)):
+            reasons = {c.get("reason", "") for c in impl.get("cases", []) + outside}
             pytest.skip(f"{self.property}: not supported by {factory.__qualname__} ({'; '.join(sorted(reasons))})")
         return result
 

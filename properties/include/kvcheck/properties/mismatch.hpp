@@ -12,13 +12,17 @@ struct Mismatch {
     int op = -1, seq = -1, layer = -1, pos = -1, head = -1, dim = -1;
     std::string what; // "output", "k", "v", "live_bytes", ...
     double expected = 0, actual = 0;
+    // What the checker found every mismatching element of the same read-back consistent with ("a RoPE stage in
+    // f16"), or empty. Read by EQUIV's diagnosis in the same process; not part of the JSON form.
+    std::string consistent_with;
     std::string describe() const;
 };
 
 // What EQUIV adds to a failure when a row read back differs from the appended one rounded to the cache dtype (the
 // first such element): the oracle attends the rows as they should be stored, so the storage explains the error
-// better than any narrower pipeline would (a cache storing f16 through bf16 was told "q rounded to f16").
-std::string storage_error_clause(uint32_t cache_dtype, const Mismatch& first);
+// better than any narrower pipeline would (a cache storing f16 through bf16 was told "q rounded to f16"). With RoPE
+// a key of an unquantized cache that differs names the rotation too: 16-bit cos/sin tables are as likely a cause.
+std::string storage_error_clause(uint32_t cache_dtype, uint32_t rope, const Mismatch& first);
 
 // Thrown by a check; the runner turns it into a FAIL verdict of `property`.
 class Violation : public std::runtime_error {

@@ -39,6 +39,13 @@ struct CaseResult {
     // A quantized cache: the largest error of its outputs against attention over the unquantized rows, relative to
     // max |v| (what quantizing loses). Informative, never graded; -1 when not measured. JSON "quantization_loss".
     double quant_loss = -1;
+    // The case needs a capability the implementation does not declare (a feature, a dtype, a shape beyond its
+    // limits): it tested nothing, so it is no verdict. Reports count such cases apart from the verdicts; the verdict
+    // field stays NOT_SUPPORTED for readers that know only verdicts. JSON "outside_declaration".
+    bool outside_declaration = false;
+    // Model level: the case as run (on FAIL the shrunk one), in kvc::model's JSON form (model/model_case.hpp, which
+    // reads it strictly; this library only carries it); null otherwise. JSON "model_case".
+    nlohmann::json model_case;
 };
 
 struct RunSettings {
@@ -53,6 +60,10 @@ uint64_t case_seed(uint64_t run_seed, const std::string& property, int index);
 // The case `index` of `p`, drawn from every capability (so undeclared ones come out NOT_SUPPORTED) but within the
 // size limits of `limits` when given (a limit is a size to respect, not a feature to skip on).
 Case generate_case(const Property& p, const RunSettings& s, int index, const kvc_caps* limits = nullptr);
+
+// The result of a case that needs a capability caps do not declare (outside_declaration set), or nullopt. Runs no
+// implementation code, so a parent process decides it without starting a child.
+std::optional<CaseResult> outside_declaration(const kvc_caps& caps, const Property& p, const Case& c);
 
 // Runs one given case (no shrinking). Never throws for anything the implementation does.
 CaseResult evaluate_case(const Target& t, const Property& p, const Case& c);

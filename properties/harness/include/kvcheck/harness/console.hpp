@@ -17,7 +17,7 @@ public:
     explicit Progress(std::size_t total);
     void step(const std::string& label, const std::string& case_id);
     // A property of one implementation is done: a plain line for logs.
-    void property_done(const std::string& label, const std::string& property, const int counts[kVerdictCount]);
+    void property_done(const std::string& label, const std::string& property, const Row& row);
     // Clears the bar before something else is printed on the terminal.
     void clear();
 

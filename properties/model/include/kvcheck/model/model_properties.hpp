@@ -16,6 +16,7 @@
 #include "kvcheck/properties/runner.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,14 +36,26 @@ struct PropertyResult {
     int cases_run = 0;
     double worst_headroom = 0; // max over compared values of |engine − oracle| / allowed (≤ 1 passes)
     bool out_of_memory = false; // ERROR: a call returned KVC_ERR_OUT_OF_MEMORY or an allocation threw bad_alloc
+    std::optional<ModelCase> the_case; // FAIL/ERROR: the case the verdict is about (after shrinking, the shrunk one)
+    std::string failure;  // FAIL/ERROR: what went wrong on the_case, without the case's description
+    double excess = 0;    // FAIL: |engine − oracle| / allowed of the failing value; infinite when no bound is involved
+    int shrink_steps = 0; // FAIL: smaller failing cases taken by shrinking (model_shrink.hpp)
+    int shrink_runs = 0;  // FAIL: candidates shrinking ran
 };
 
 const std::vector<std::string>& model_property_ids();
 // One line per property, for `kvcheck list`; "" for an unknown id.
 std::string model_property_summary(const std::string& id);
 
-// Runs one property over n_cases cases with seeds seed, seed+1, ...; stops at the first failing case.
-PropertyResult run_model_property(const ModelTarget& target, const std::string& id, uint64_t seed, int n_cases);
+// Runs one given case as it is: NOT_SUPPORTED when the property needs a feature the engine does not declare or the
+// case lies outside its caps (outside_caps); otherwise the property's verdict on it. The message of a FAIL or ERROR is
+// the case's describe() and the failure.
+PropertyResult run_model_case(const ModelTarget& target, const std::string& id, const ModelCase& c);
+
+// Runs one property over n_cases cases with seeds seed, seed+1, ...; stops at the first failing case, whose message
+// ends with the seed that replays it. max_shrink_runs > 0: a FAIL is shrunk first (shrink_model_failure).
+PropertyResult run_model_property(const ModelTarget& target, const std::string& id, uint64_t seed, int n_cases,
+                                  int max_shrink_runs = 0);
 
 // Every property, in the order of model_property_ids().
 std::vector<PropertyResult> run_model_properties(const ModelTarget& target, uint64_t seed, int n_cases);
