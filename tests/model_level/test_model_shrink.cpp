@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <string>
@@ -383,6 +384,32 @@ TEST(ModelShrink, ACorrectEngineIsNeverShrunk) {
         EXPECT_EQ(again.message, plain.message);
         EXPECT_EQ(again.shrink_runs, 0);
     }
+}
+
+// An engine whose logits are NaN: every difference is NaN, a failure without a bound, and shrinking takes it down
+// like any other (a NaN "excess" once compared false with every threshold, and no candidate was ever accepted).
+kvcm_model_api nan_api;
+kvc_status (*example_forward)(kvcm_model*, uint32_t, uint32_t, const int32_t*, float*) = nullptr;
+kvc_status nan_forward(kvcm_model* m, uint32_t seq, uint32_t n, const int32_t* tokens, float* logits) {
+    const kvc_status s = example_forward(m, seq, n, tokens, logits);
+    if (s == KVC_OK && logits) logits[0] = std::numeric_limits<float>::quiet_NaN();
+    return s;
+}
+const kvcm_model_api* nan_entry(uint32_t major, uint32_t minor) {
+    const kvcm_model_api* inner = kvcm_model_example_entry(major, minor);
+    if (!inner) return nullptr;
+    nan_api = *inner;
+    example_forward = inner->forward;
+    nan_api.forward = nan_forward;
+    return &nan_api;
+}
+
+TEST(ModelShrink, ANanFailureIsShrunkToo) {
+    const PropertyResult r =
+        run_model_property(ModelTarget::from_entry(nan_entry), "MODEL-LOGITS", kSeed, 20, kMaxShrinkRuns);
+    ASSERT_EQ(r.verdict, Verdict::Fail) << r.message;
+    EXPECT_GT(r.shrink_steps, 0) << r.message;
+    EXPECT_NE(r.message.find("shrunk in"), std::string::npos) << r.message;
 }
 
 } // namespace

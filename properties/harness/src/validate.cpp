@@ -64,8 +64,10 @@ class Batches {
         std::vector<std::optional<CaseRun>> got = run_cases_batched(subj_, items, settings_, timeout_s_);
         ++processes;
         bool kept = false;
+        // a case outside the declaration is the parent's to decide (validate), never taken from a batch: it must not
+        // keep the batching on against an implementation that fails every case it declares
         for (std::size_t i = 0; i < got.size(); ++i)
-            if (got[i]) {
+            if (got[i] && !got[i]->result.outside_declaration) {
                 kept_.emplace(k + i, std::move(*got[i]));
                 kept = true;
             }

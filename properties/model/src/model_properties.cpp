@@ -20,8 +20,9 @@ namespace {
 // lay (|difference| / allowed; a greedy choice: margin / twice the bound); infinite for a failure that compares no
 // value with a bound (a count, a refused call).
 struct Violation : std::runtime_error {
+    // a NaN or an infinity (a NaN logit gives difference / bound = NaN) fails without a bound: as clear as can be
     explicit Violation(const std::string& what, double excess_ = HUGE_VAL)
-        : std::runtime_error(what), excess(excess_) {}
+        : std::runtime_error(what), excess(std::isnan(excess_) ? HUGE_VAL : excess_) {}
     double excess;
 };
 // The property cannot run on this implementation (a capability it does not declare).

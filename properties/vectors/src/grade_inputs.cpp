@@ -206,8 +206,10 @@ std::string driver_error_reason(const fs::path& results_dir, const std::string& 
         if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage) + "...";
         std::string where;
         if (e.contains("step") && e["step"].is_number_integer()) where = " at step " + e["step"].dump();
-        if (e.contains("call") && e["call"].is_string()) where += " (" + e["call"].get<std::string>() + ")";
-        return "the driver recorded an error" + where + ": " + harness::printable(message, true);
+        if (e.contains("call") && e["call"].is_string())
+            where += " (" + harness::printable(e["call"].get<std::string>()) + ")";
+        // one line: the reason stands in a table of one line per case (a traceback's newlines are escaped)
+        return "the driver recorded an error" + where + ": " + harness::printable(message);
     } catch (const std::exception&) {
         return "";
     }
