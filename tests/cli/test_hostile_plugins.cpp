@@ -476,7 +476,9 @@ TEST_F(Hostile, BatchesGiveTheVerdictsOfOneProcessPerCase) {
     for (const Target& t : {Target{"--builtin example", true}, Target{double_plugin("f16_accum"), false},
                             Target{double_plugin("crash"), false}, Target{hostile("case_exit0"), false},
                             Target{hostile("pipe_scribbler"), false}}) {
-        const std::string common = "validate " + t.args + " --cases 4 --isolation exec --timeout 10";
+        // no target here hangs: a generous timeout, so that a slow case under the sanitizers on a loaded machine is
+        // not a TIMEOUT in one run and a PASS in the other
+        const std::string common = "validate " + t.args + " --cases 4 --isolation exec --timeout 120";
         const Outcome one = kvcheck(common + " --report one.json");
         const Outcome batched = kvcheck(common + " --cases-per-process 7 --report batched.json");
         ASSERT_EQ(one.rc, batched.rc) << one.all() << batched.all();
