@@ -1,6 +1,8 @@
 // A pipe-protocol client that breaks the protocol on purpose, one way per mode (argv[1]), at its first append_attend
 // (or at hello, for the modes named so). Before that it answers hello, get_caps, create, memory and destroy correctly
-// for an f32 cache, so that the case reaches the call that misbehaves.
+// for an f32 cache, so that the case reaches the call that misbehaves. Mode minor_2 breaks nothing: it speaks
+// protocol 1.2, whose caps and create frames are shorter, declares windows and a V head dim that 1.2 cannot carry,
+// and exits with status 5 on a create frame of any other length; its outputs are zeros (an EQUIV FAIL).
 #include "kvcheck/pipe/protocol.hpp"
 
 #include <unistd.h>
@@ -54,6 +56,7 @@ std::vector<unsigned char> reply(const Header& req, uint32_t status, const std::
 
 int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
+    const uint32_t minor = mode == "minor_2" ? 2 : kProtocolMinor;
     Shape shape;
     for (;;) {
         unsigned char head[kHeaderBytes];
@@ -69,7 +72,7 @@ int main(int argc, char** argv) {
             }
             std::vector<unsigned char> body(kHelloReplyBytes, 0);
             put_u32(body.data(), kProtocolMajor);
-            put_u32(body.data() + 4, mode == "major_2" ? 0 : kProtocolMinor);
+            put_u32(body.data() + 4, mode == "major_2" ? 0 : mode == "minor_2" ? 2 : kProtocolMinor);
             if (mode == "major_2") put_u32(body.data(), 2);
             std::memcpy(body.data() + 8, "bad-client", 10);
             write_bytes(reply(h, KVC_OK, body));
@@ -77,17 +80,20 @@ int main(int argc, char** argv) {
             kvc_caps c{};
             c.dtypes = 1u << KVC_DTYPE_F32;
             c.features = KVC_FEATURE_GQA | KVC_FEATURE_CHUNKED;
-            std::vector<unsigned char> body(kCapsReplyBytes);
-            encode_caps(c, body.data());
+            if (mode == "minor_2") c.features |= KVC_FEATURE_WINDOW | KVC_FEATURE_HEAD_DIM_V;
+            std::vector<unsigned char> body(caps_reply_bytes(minor));
+            encode_caps(c, minor, body.data());
             write_bytes(reply(h, KVC_OK, body));
         } else if (h.opcode == kCreate) {
-            uint32_t n = 0;
-            shape = shape_of(decode_config(payload.data(), &n));
+            if (payload.size() < config_bytes(minor)) return 5;
+            ConfigArrays arrays;
+            shape = shape_of(decode_config(payload.data(), minor, &arrays));
+            if (payload.size() != config_bytes(minor) + arrays.bytes()) return 5;
             std::vector<unsigned char> body(8, 0);
             body[0] = 1;
             write_bytes(reply(h, KVC_OK, body));
         } else if (h.opcode == kAppendAttend) {
-            const uint64_t out = q_bytes(shape, get_u32(payload.data() + 16));
+            const uint64_t out = sizes_of(shape, get_u32(payload.data() + 16)).out;
             std::vector<unsigned char> body(out, 0);
             if (mode == "crash") std::raise(SIGSEGV);
             if (mode == "exit") return 0;

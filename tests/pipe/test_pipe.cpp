@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 
 namespace {
@@ -23,11 +24,22 @@ std::map<std::string, std::string> counts_by_property(const fs::path& report) {
     return out;
 }
 
+// Per case of the report's one implementation: its verdict and, where graded by a bound, its headroom. The same
+// arithmetic on the same cases gives the same numbers on both routes.
+std::map<std::string, std::string> verdicts_by_case(const fs::path& report) {
+    const nlohmann::json j = nlohmann::json::parse(read_file(report));
+    std::map<std::string, std::string> out;
+    for (const auto& c : j.at("implementations").at(0).at("cases"))
+        out[c.at("id")] = c.at("verdict").get<std::string>() + (c.contains("headroom") ? " " + c.at("headroom").dump() : "");
+    return out;
+}
+
 std::string serve(const std::string& lib) { return kKvcheck + " serve-plugin " + kLib + "/" + lib; }
 
 class Parity : public ::testing::TestWithParam<std::string> {};
 
-// Every property gives the same verdict counts through the plugin route and through the pipe route.
+// Every case gets the same verdict (and headroom) through the plugin route and through the pipe route: the protocol
+// carries every capability and config field a plugin can declare (windows, fixed parameters, MLA shapes).
 TEST_P(Parity, SameVerdictsThroughPluginAndPipe) {
     const fs::path dir = fresh_test_dir(kWork, "parity_");
     const std::string lib = GetParam();
@@ -39,13 +51,18 @@ TEST_P(Parity, SameVerdictsThroughPluginAndPipe) {
     ASSERT_TRUE(a.rc == 0 || a.rc == 1) << a.all();
     EXPECT_EQ(a.rc, b.rc) << b.all();
     EXPECT_EQ(counts_by_property(dir / "plugin.json"), counts_by_property(dir / "pipe.json")) << b.all();
+    EXPECT_EQ(verdicts_by_case(dir / "plugin.json"), verdicts_by_case(dir / "pipe.json")) << b.all();
 }
 
 INSTANTIATE_TEST_SUITE_P(Doubles, Parity,
                          ::testing::Values("libkvcheck_example.so", "libkvcheck_double_correct.so",
                                            "libkvcheck_double_q_keeper.so", "libkvcheck_double_q_hoarder.so",
                                            "libkvcheck_double_skip_self.so", "libkvcheck_double_rewriter.so",
-                                           "libkvcheck_double_misreport.so", "libkvcheck_double_crash.so"),
+                                           "libkvcheck_double_misreport.so", "libkvcheck_double_crash.so",
+                                           "libkvcheck_double_win_ring.so", "libkvcheck_double_win_plus_one.so",
+                                           "libkvcheck_double_win_no_free.so", "libkvcheck_double_pipe_fixed_decl.so",
+                                           "libkvcheck_double_pipe_fixed_plain.so",
+                                           "libkvcheck_cpu_engine_plugin.so"),
                          [](const auto& info) {
                              std::string n = info.param.substr(3, info.param.size() - 6);
                              for (char& c : n)
@@ -115,6 +132,25 @@ TEST(Pipe, BytesOutOfTurnAreAnError) {
     const std::string reason =
         nlohmann::json::parse(read_file(dir / "r.json")).at("implementations").at(0).at("cases").at(0).at("reason");
     EXPECT_NE(reason.find("out of turn"), std::string::npos) << reason;
+}
+
+// A client speaking protocol 1.2 keeps its frames: its caps and create frames are 1.2's lengths (it exits on any
+// other), and what 1.2 cannot carry (windows, a V head dim) is taken off its declaration, so it is never given a
+// config it would misread. Create and append_attend then go through; the case ends at its first read_kv, which this
+// client does not answer.
+TEST(Pipe, AClientSpeaking12GetsThe12Frames) {
+    const fs::path dir = fresh_test_dir(kWork);
+    const Outcome o = run_kvcheck(dir, "validate --connect " + quote(std::string(KVC_BAD_CLIENT) + " minor_2") +
+                                           " --profile core --cases 2 --filter EQUIV --report r.json");
+    ASSERT_EQ(o.rc, 1) << o.all();
+    const nlohmann::json j = nlohmann::json::parse(read_file(dir / "r.json"));
+    const auto& impl = j.at("implementations").at(0);
+    for (const auto& c : impl.at("cases"))
+        EXPECT_NE(c.at("reason").get<std::string>().find("read_kv failed (UNSUPPORTED)"), std::string::npos)
+            << c.dump();
+    const auto& features = impl.at("capabilities").at("features");
+    EXPECT_EQ(std::find(features.begin(), features.end(), "window"), features.end()) << features.dump();
+    EXPECT_EQ(std::find(features.begin(), features.end(), "head_dim_v"), features.end()) << features.dump();
 }
 
 // A client that cannot complete the handshake stops the run before any case, with its words (exit 4), and one that

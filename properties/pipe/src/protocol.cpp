@@ -73,6 +73,14 @@ Header decode_header(const unsigned char in[kHeaderBytes]) {
     return h;
 }
 
+uint32_t abi_minor_of(uint32_t protocol_minor) {
+    return protocol_minor < KVC_ABI_VERSION_MINOR ? protocol_minor : KVC_ABI_VERSION_MINOR;
+}
+uint32_t protocol_minor_of(uint32_t abi_minor) { return abi_minor < KVC_ABI_VERSION_MINOR ? abi_minor : kProtocolMinor; }
+
+std::size_t caps_reply_bytes(uint32_t minor) { return minor >= kWholeAbiMinor ? kCapsReplyBytes : 21 * 4; }
+std::size_t config_bytes(uint32_t minor) { return minor >= kWholeAbiMinor ? kConfigBytes : 14 * 4; }
+
 Shape shape_of(const kvc_config& c) {
     Shape s;
     s.n_layers = c.n_layers;
@@ -83,6 +91,7 @@ Shape shape_of(const kvc_config& c) {
     s.int8_scale_dtype = c.int8_scale_dtype;
     s.max_seqs = c.max_seqs;
     s.max_tokens = c.max_tokens;
+    s.head_dim_v = c.head_dim_v != 0 ? c.head_dim_v : c.head_dim;
     return s;
 }
 
@@ -93,14 +102,19 @@ static uint64_t mul(uint64_t a, uint64_t b) {
     return a * b;
 }
 
-uint64_t q_bytes(const Shape& s, uint64_t n) { return mul(mul(mul(n, s.n_q_heads), s.head_dim), 4); }
-uint64_t kv_bytes(const Shape& s, uint64_t n) { return mul(mul(mul(n, s.n_kv_heads), s.head_dim), 4); }
-uint64_t read_bytes(const Shape& s, uint64_t n) {
-    return mul(mul(mul(n, s.n_kv_heads), s.head_dim), dtype_size(s.cache_dtype));
-}
-uint64_t scales_bytes(const Shape& s, uint64_t n) {
-    return mul(mul(mul(n, s.n_kv_heads), scales_per_head_row(s.cache_dtype, s.head_dim)),
-               scale_size(s.cache_dtype, s.int8_scale_dtype));
+Sizes sizes_of(const Shape& s, uint64_t n) {
+    const uint64_t q_rows = mul(n, s.n_q_heads), kv_rows = mul(n, s.n_kv_heads);
+    const uint64_t stored = dtype_size(s.cache_dtype), scale = scale_size(s.cache_dtype, s.int8_scale_dtype);
+    Sizes z;
+    z.q = mul(mul(q_rows, s.head_dim), 4);
+    z.out = mul(mul(q_rows, s.head_dim_v), 4);
+    z.k = mul(mul(kv_rows, s.head_dim), 4);
+    z.v = mul(mul(kv_rows, s.head_dim_v), 4);
+    z.read_k = mul(mul(kv_rows, s.head_dim), stored);
+    z.read_v = mul(mul(kv_rows, s.head_dim_v), stored);
+    z.scales_k = mul(mul(kv_rows, scales_per_head_row(s.cache_dtype, s.head_dim)), scale);
+    z.scales_v = mul(mul(kv_rows, scales_per_head_row(s.cache_dtype, s.head_dim_v)), scale);
+    return z;
 }
 
 uint32_t config_scale_count(const kvc_config& c) {
@@ -116,7 +130,15 @@ uint32_t config_scale_count(const kvc_config& c) {
     return UINT32_MAX;
 }
 
-void encode_caps(const kvc_caps& c, unsigned char out[kCapsReplyBytes]) {
+namespace {
+
+// The words after 1.2's 21: the ABI 1.2 limits of windowed and latent caches, then the fixed parameters.
+constexpr uint32_t kLaterFeatures = KVC_FEATURE_WINDOW | KVC_FEATURE_SINKS | KVC_FEATURE_EVICT |
+                                    KVC_FEATURE_HEAD_DIM_V | KVC_FEATURE_ROPE_RANGE;
+
+} // namespace
+
+void encode_caps(const kvc_caps& c, uint32_t minor, unsigned char out[kCapsReplyBytes]) {
     const uint32_t f[21] = {c.dtypes,          c.rope_variants,       c.features,         c.precision,
                             c.memory_space,    c.max_layers,          c.max_q_heads,      c.max_kv_heads,
                             c.max_head_dim,    c.max_seqs,            c.max_tokens,       c.head_dim_multiple,
@@ -124,9 +146,15 @@ void encode_caps(const kvc_caps& c, unsigned char out[kCapsReplyBytes]) {
                             c.pipeline.probs,  c.pipeline.accum,      c.pipeline.output,  c.pipeline.flags,
                             c.quant};
     for (int i = 0; i < 21; ++i) put_u32(out + 4 * i, f[i]);
+    if (minor < kWholeAbiMinor) return;
+    put_u32(out + 84, c.max_window);
+    put_u32(out + 88, c.max_sinks);
+    put_u32(out + 92, c.max_head_dim_v);
+    put_f32(out + 96, c.fixed_rope_theta);
+    put_u32(out + 100, c.fixed_scale);
 }
 
-kvc_caps decode_caps(const unsigned char in[kCapsReplyBytes]) {
+kvc_caps decode_caps(const unsigned char in[kCapsReplyBytes], uint32_t minor) {
     kvc_caps c{};
     c.struct_size = sizeof c;
     uint32_t* f[21] = {&c.dtypes,          &c.rope_variants,     &c.features,        &c.precision,
@@ -136,14 +164,21 @@ kvc_caps decode_caps(const unsigned char in[kCapsReplyBytes]) {
                        &c.pipeline.probs,  &c.pipeline.accum,    &c.pipeline.output, &c.pipeline.flags,
                        &c.quant};
     for (int i = 0; i < 21; ++i) *f[i] = get_u32(in + 4 * i);
-    // The create frame carries no windows, sinks or eviction: a client declaring them is judged without them
-    // rather than given a config it would read wrongly.
-    c.features &= ~(KVC_FEATURE_WINDOW | KVC_FEATURE_SINKS | KVC_FEATURE_EVICT | KVC_FEATURE_HEAD_DIM_V |
-                    KVC_FEATURE_ROPE_RANGE);
+    if (minor < kWholeAbiMinor) {
+        // A 1.2 create frame carries no windows, sinks, eviction or MLA shape: a client declaring them is judged
+        // without them rather than given a config it would read wrongly.
+        c.features &= ~kLaterFeatures;
+        return c;
+    }
+    c.max_window = get_u32(in + 84);
+    c.max_sinks = get_u32(in + 88);
+    c.max_head_dim_v = get_u32(in + 92);
+    c.fixed_rope_theta = get_f32(in + 96);
+    c.fixed_scale = get_u32(in + 100);
     return c;
 }
 
-void encode_config(const kvc_config& c, uint32_t n_scales, unsigned char out[kConfigBytes]) {
+void encode_config(const kvc_config& c, const ConfigArrays& a, uint32_t minor, unsigned char out[kConfigBytes]) {
     const uint32_t f[7] = {c.n_layers, c.n_q_heads, c.n_kv_heads, c.head_dim, c.cache_dtype, c.max_seqs, c.max_tokens};
     for (int i = 0; i < 7; ++i) put_u32(out + 4 * i, f[i]);
     put_f32(out + 28, c.scale);
@@ -152,10 +187,13 @@ void encode_config(const kvc_config& c, uint32_t n_scales, unsigned char out[kCo
     put_u32(out + 40, c.block_size_hint);
     put_u32(out + 44, c.kv_scale_mode);
     put_u32(out + 48, c.int8_scale_dtype);
-    put_u32(out + 52, n_scales);
+    put_u32(out + 52, a.n_scales);
+    if (minor < kWholeAbiMinor) return;
+    const uint32_t g[6] = {c.n_sinks, c.evict, c.head_dim_v, c.rope_dim_begin, c.rope_dims, a.n_windows};
+    for (int i = 0; i < 6; ++i) put_u32(out + 56 + 4 * i, g[i]);
 }
 
-kvc_config decode_config(const unsigned char in[kConfigBytes], uint32_t* n_scales) {
+kvc_config decode_config(const unsigned char in[kConfigBytes], uint32_t minor, ConfigArrays* a) {
     kvc_config c{};
     c.struct_size = sizeof c;
     uint32_t* f[7] = {&c.n_layers, &c.n_q_heads, &c.n_kv_heads, &c.head_dim, &c.cache_dtype, &c.max_seqs,
@@ -167,7 +205,11 @@ kvc_config decode_config(const unsigned char in[kConfigBytes], uint32_t* n_scale
     c.block_size_hint = get_u32(in + 40);
     c.kv_scale_mode = get_u32(in + 44);
     c.int8_scale_dtype = get_u32(in + 48);
-    *n_scales = get_u32(in + 52);
+    *a = ConfigArrays{};
+    a->n_scales = get_u32(in + 52);
+    if (minor < kWholeAbiMinor) return c;
+    uint32_t* g[6] = {&c.n_sinks, &c.evict, &c.head_dim_v, &c.rope_dim_begin, &c.rope_dims, &a->n_windows};
+    for (int i = 0; i < 6; ++i) *g[i] = get_u32(in + 56 + 4 * i);
     return c;
 }
 

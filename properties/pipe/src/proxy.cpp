@@ -38,6 +38,7 @@ struct Connection {
     Channel channel;
     double timeout_s = 30;
     uint32_t seq = 0;
+    uint32_t minor = 0; // the protocol minor both sides speak
     kvc_plugin_api table{};
     char name[kMaxNameBytes + 1] = "", version[kMaxNameBytes + 1] = "";
     kvc_caps caps{};
@@ -180,7 +181,7 @@ kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iove
     if (rh.reserved != 0 || zero != 0) return bad("reserved fields %llu and %llu are not 0", rh.reserved, zero);
     if (rh.seq != seq) return bad("request number %llu, expected %llu", rh.seq, seq);
     if (rh.length < kReplyPrefixBytes) return bad("length %llu, shorter than the %llu-byte reply prefix", rh.length, kReplyPrefixBytes);
-    if (status > KVC_ERR_INTERNAL) return bad("status %llu, not a kvc_status (0..%llu)", status, KVC_ERR_INTERNAL);
+    if (status > KVC_ERR_EVICTED) return bad("status %llu, not a kvc_status (0..%llu)", status, KVC_ERR_EVICTED);
     if (status != KVC_OK) {
         unsigned char len4[4];
         struct iovec lv{len4, 4};
@@ -239,14 +240,19 @@ kvc_status p_create(const kvc_config* config, kvc_cache** out) {
         set_text(c.create_error, "the config's scale arrays are too large for one frame");
         return KVC_ERR_INVALID_ARGUMENT;
     }
+    ConfigArrays arrays;
+    arrays.n_scales = n_scales;
+    // Windows travel from 1.3 on; below it the caps never declare them, so a config has none to lose.
+    if (c.minor >= kWholeAbiMinor && config->windows) arrays.n_windows = config->n_layers;
     unsigned char fixed[kConfigBytes];
-    encode_config(*config, n_scales, fixed);
-    struct iovec req[3] = {{fixed, sizeof fixed},
+    encode_config(*config, arrays, c.minor, fixed);
+    struct iovec req[4] = {{fixed, config_bytes(c.minor)},
                            {const_cast<float*>(config->k_scales), n_scales * 4u},
-                           {const_cast<float*>(config->v_scales), n_scales * 4u}};
+                           {const_cast<float*>(config->v_scales), n_scales * 4u},
+                           {const_cast<uint32_t*>(config->windows), arrays.n_windows * 4u}};
     unsigned char handle[kCreateReplyBytes];
     struct iovec rep{handle, sizeof handle};
-    const kvc_status st = transact(kCreate, req, 3, &rep, 1, sizeof handle, c.create_error);
+    const kvc_status st = transact(kCreate, req, 4, &rep, 1, sizeof handle, c.create_error);
     if (st != KVC_OK) return st;
     s->used = true;
     s->remote = get_u64(handle);
@@ -292,14 +298,14 @@ kvc_status p_append_attend(kvc_cache* cache, uint32_t seq, uint32_t layer, uint3
                            const float* k, const float* v, float* out) {
     Slot* s = slot_of(cache);
     if (!s) return KVC_ERR_INVALID_ARGUMENT;
-    const uint64_t qb = q_bytes(s->shape, n_new), kb = kv_bytes(s->shape, n_new);
-    if (qb + 2 * kb > kMaxPayloadBytes) return too_large(s, "append_attend");
+    const Sizes z = sizes_of(s->shape, n_new);
+    if (z.q + z.k + z.v > kMaxPayloadBytes || z.out > kMaxPayloadBytes) return too_large(s, "append_attend");
     Fields f(s->remote);
     f.u32(seq).u32(layer).u32(n_new).u32(0);
-    struct iovec req[4] = {{f.b, f.n}, {const_cast<float*>(q), qb}, {const_cast<float*>(k), kb},
-                           {const_cast<float*>(v), kb}};
-    struct iovec rep{out, qb};
-    return transact(kAppendAttend, req, 4, &rep, 1, qb, s->error);
+    struct iovec req[4] = {{f.b, f.n}, {const_cast<float*>(q), z.q}, {const_cast<float*>(k), z.k},
+                           {const_cast<float*>(v), z.v}};
+    struct iovec rep{out, z.out};
+    return transact(kAppendAttend, req, 4, &rep, 1, z.out, s->error);
 }
 
 kvc_status p_append_attend_batch(kvc_cache* cache, uint32_t layer, const kvc_batch* batch) {
@@ -307,32 +313,34 @@ kvc_status p_append_attend_batch(kvc_cache* cache, uint32_t layer, const kvc_bat
     if (!s) return KVC_ERR_INVALID_ARGUMENT;
     if (batch->n_seqs > kMaxBatchSeqs) return too_large(s, "append_attend_batch");
     const uint32_t total = batch->token_offsets[batch->n_seqs];
-    const uint64_t qb = q_bytes(s->shape, total), kb = kv_bytes(s->shape, total);
+    const Sizes z = sizes_of(s->shape, total);
     const uint64_t ids = uint64_t{batch->n_seqs} * 4, offs = (uint64_t{batch->n_seqs} + 1) * 4;
-    if (qb + 2 * kb + ids + offs > kMaxPayloadBytes) return too_large(s, "append_attend_batch");
+    if (z.q + z.k + z.v + ids + offs > kMaxPayloadBytes || z.out > kMaxPayloadBytes)
+        return too_large(s, "append_attend_batch");
     Fields f(s->remote);
     f.u32(layer).u32(batch->n_seqs);
     struct iovec req[6] = {{f.b, f.n},
                            {const_cast<uint32_t*>(batch->seq_ids), ids},
                            {const_cast<uint32_t*>(batch->token_offsets), offs},
-                           {const_cast<float*>(batch->q), qb},
-                           {const_cast<float*>(batch->k), kb},
-                           {const_cast<float*>(batch->v), kb}};
-    struct iovec rep{batch->out, qb};
-    return transact(kAppendAttendBatch, req, 6, &rep, 1, qb, s->error);
+                           {const_cast<float*>(batch->q), z.q},
+                           {const_cast<float*>(batch->k), z.k},
+                           {const_cast<float*>(batch->v), z.v}};
+    struct iovec rep{batch->out, z.out};
+    return transact(kAppendAttendBatch, req, 6, &rep, 1, z.out, s->error);
 }
 
 kvc_status read_pair(uint16_t op, kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n,
                      void* k_out, void* v_out) {
     Slot* s = slot_of(cache);
     if (!s) return KVC_ERR_INVALID_ARGUMENT;
-    const uint64_t each = op == kReadKv ? read_bytes(s->shape, n) : scales_bytes(s->shape, n);
-    if (2 * each > kMaxPayloadBytes) return too_large(s, opcode_name(op));
+    const Sizes z = sizes_of(s->shape, n);
+    const uint64_t kb = op == kReadKv ? z.read_k : z.scales_k, vb = op == kReadKv ? z.read_v : z.scales_v;
+    if (kb + vb > kMaxPayloadBytes) return too_large(s, opcode_name(op));
     Fields f(s->remote);
     f.u32(seq).u32(layer).u32(pos).u32(n);
     struct iovec req{f.b, f.n};
-    struct iovec rep[2] = {{k_out, each}, {v_out, each}};
-    return transact(op, &req, 1, rep, 2, 2 * each, s->error);
+    struct iovec rep[2] = {{k_out, kb}, {v_out, vb}};
+    return transact(op, &req, 1, rep, 2, kb + vb, s->error);
 }
 
 kvc_status p_read_kv(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out,
@@ -454,14 +462,15 @@ void handshake(const std::string& command) {
                    ", this kvcheck speaks " + std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor) +
                    " (major versions are incompatible)",
                false);
+    c.minor = minor < kProtocolMinor ? minor : kProtocolMinor;
     std::memcpy(c.name, h + 8, kMaxNameBytes);
     std::memcpy(c.version, h + 8 + kMaxNameBytes, kMaxNameBytes);
     c.name[kMaxNameBytes] = c.version[kMaxNameBytes] = 0;
     unsigned char caps[kCapsReplyBytes];
-    struct iovec crep{caps, sizeof caps};
-    st = transact(kGetCaps, nullptr, 0, &crep, 1, sizeof caps, msg, &reading);
+    struct iovec crep{caps, caps_reply_bytes(c.minor)};
+    st = transact(kGetCaps, nullptr, 0, &crep, 1, caps_reply_bytes(c.minor), msg, &reading);
     if (st != KVC_OK) failed(st, "get_caps");
-    c.caps = decode_caps(caps);
+    c.caps = decode_caps(caps, c.minor);
     // The mirror starts at its base before any call is judged; from here it follows the client's reading.
     c.baseline = reading;
     c.mirrored = c.mirrored && reading != kNoReading;
@@ -469,7 +478,7 @@ void handshake(const std::string& command) {
     kvc_plugin_api& t = c.table;
     t.struct_size = sizeof t;
     t.abi_major = KVC_ABI_VERSION_MAJOR;
-    t.abi_minor = minor < KVC_ABI_VERSION_MINOR ? minor : KVC_ABI_VERSION_MINOR;
+    t.abi_minor = abi_minor_of(c.minor);
     t.name = c.name;
     t.version = c.version;
     t.get_caps = p_get_caps;

@@ -162,9 +162,12 @@ private:
                 error(KVC_ERR_UNSUPPORTED, o_.load_error.c_str());
                 return false;
             }
+            // The connection speaks the lower of kvcheck's minor and the one that carries the plugin's ABI.
+            const uint32_t asked = get_u32(req_ + 4), own = protocol_minor_of(api_->abi_minor);
+            minor_ = asked < own ? asked : own;
             unsigned char b[kHelloReplyBytes] = {};
             put_u32(b, kProtocolMajor);
-            put_u32(b + 4, api_->abi_minor < kProtocolMinor ? api_->abi_minor : kProtocolMinor);
+            put_u32(b + 4, minor_);
             std::strncpy(reinterpret_cast<char*>(b + 8), api_->name ? api_->name : "(unnamed)", kMaxNameBytes);
             std::strncpy(reinterpret_cast<char*>(b + 8 + kMaxNameBytes), api_->version ? api_->version : "",
                          kMaxNameBytes);
@@ -176,8 +179,8 @@ private:
         case kGetCaps: {
             if (len_ != 0) return wrong_length(0);
             unsigned char b[kCapsReplyBytes];
-            encode_caps(caps_, b);
-            struct iovec v{b, sizeof b};
+            encode_caps(caps_, minor_, b);
+            struct iovec v{b, caps_reply_bytes(minor_)};
             return ok(&v, 1);
         }
         case kCreate: return create();
@@ -238,14 +241,18 @@ private:
     }
 
     bool create() {
-        if (len_ < kConfigBytes) return wrong_length(kConfigBytes);
-        uint32_t n_scales = 0;
-        kvc_config c = decode_config(req_, &n_scales);
-        if (len_ != kConfigBytes + uint64_t{n_scales} * 8) return wrong_length(kConfigBytes + uint64_t{n_scales} * 8);
-        if (n_scales) {
-            c.k_scales = reinterpret_cast<const float*>(req_ + kConfigBytes);
-            c.v_scales = reinterpret_cast<const float*>(req_ + kConfigBytes + n_scales * 4u);
+        const std::size_t fixed = config_bytes(minor_);
+        if (len_ < fixed) return wrong_length(fixed);
+        ConfigArrays a;
+        kvc_config c = decode_config(req_, minor_, &a);
+        if (len_ != fixed + a.bytes()) return wrong_length(fixed + a.bytes());
+        if (a.n_windows != 0 && a.n_windows != c.n_layers)
+            return error(KVC_ERR_INVALID_ARGUMENT, "kvcheck serve-plugin: n_windows is neither 0 nor n_layers");
+        if (a.n_scales) {
+            c.k_scales = reinterpret_cast<const float*>(req_ + fixed);
+            c.v_scales = reinterpret_cast<const float*>(req_ + fixed + a.n_scales * 4u);
         }
+        if (a.n_windows) c.windows = reinterpret_cast<const uint32_t*>(req_ + fixed + a.n_scales * 8u);
         int free_slot = -1;
         for (int i = 0; i < kMaxCaches && free_slot < 0; ++i)
             if (!caches_[i].cache) free_slot = i;
@@ -265,14 +272,15 @@ private:
         Served* s = cache_at(0);
         if (!s) return error(KVC_ERR_INVALID_ARGUMENT, "unknown cache handle");
         const uint32_t n_new = get_u32(req_ + 16);
-        const uint64_t qb = q_bytes(s->shape, n_new), kb = kv_bytes(s->shape, n_new);
-        if (len_ != kAppendRequestBytes + qb + 2 * kb) return wrong_length(kAppendRequestBytes + qb + 2 * kb);
+        const Sizes z = sizes_of(s->shape, n_new);
+        if (z.out > kMaxPayloadBytes) return error(KVC_ERR_INVALID_ARGUMENT, "more output than a reply frame carries");
+        if (len_ != kAppendRequestBytes + z.q + z.k + z.v) return wrong_length(kAppendRequestBytes + z.q + z.k + z.v);
         const auto* q = reinterpret_cast<const float*>(req_ + kAppendRequestBytes);
-        const auto* k = reinterpret_cast<const float*>(req_ + kAppendRequestBytes + qb);
-        const auto* v = reinterpret_cast<const float*>(req_ + kAppendRequestBytes + qb + kb);
-        auto* o = reinterpret_cast<float*>(out(qb));
+        const auto* k = reinterpret_cast<const float*>(req_ + kAppendRequestBytes + z.q);
+        const auto* v = reinterpret_cast<const float*>(req_ + kAppendRequestBytes + z.q + z.k);
+        auto* o = reinterpret_cast<float*>(out(z.out));
         const kvc_status st = api_->append_attend(s->cache, get_u32(req_ + 8), get_u32(req_ + 12), n_new, q, k, v, o);
-        struct iovec body{o, qb};
+        struct iovec body{o, z.out};
         return status(st, s->cache, &body, 1);
     }
 
@@ -287,8 +295,9 @@ private:
         if (len_ < kBatchRequestBytes + lists) return wrong_length(kBatchRequestBytes + lists);
         const auto* ids = reinterpret_cast<const uint32_t*>(req_ + kBatchRequestBytes);
         const auto* offs = ids + n;
-        const uint64_t qb = q_bytes(s->shape, offs[n]), kb = kv_bytes(s->shape, offs[n]);
-        const uint64_t want = kBatchRequestBytes + lists + qb + 2 * kb;
+        const Sizes z = sizes_of(s->shape, offs[n]);
+        if (z.out > kMaxPayloadBytes) return error(KVC_ERR_INVALID_ARGUMENT, "more output than a reply frame carries");
+        const uint64_t want = kBatchRequestBytes + lists + z.q + z.k + z.v;
         if (len_ != want) return wrong_length(want);
         kvc_batch b{};
         b.struct_size = sizeof b;
@@ -296,11 +305,11 @@ private:
         b.seq_ids = ids;
         b.token_offsets = offs;
         b.q = reinterpret_cast<const float*>(req_ + kBatchRequestBytes + lists);
-        b.k = reinterpret_cast<const float*>(req_ + kBatchRequestBytes + lists + qb);
-        b.v = reinterpret_cast<const float*>(req_ + kBatchRequestBytes + lists + qb + kb);
-        b.out = reinterpret_cast<float*>(out(qb));
+        b.k = reinterpret_cast<const float*>(req_ + kBatchRequestBytes + lists + z.q);
+        b.v = reinterpret_cast<const float*>(req_ + kBatchRequestBytes + lists + z.q + z.k);
+        b.out = reinterpret_cast<float*>(out(z.out));
         const kvc_status st = api_->append_attend_batch(s->cache, get_u32(req_ + 8), &b);
-        struct iovec body{b.out, qb};
+        struct iovec body{b.out, z.out};
         return status(st, s->cache, &body, 1);
     }
 
@@ -311,14 +320,15 @@ private:
         const bool scales = op_ == kReadKvScales;
         if (scales && !KVC_API_HAS(api_, read_kv_scales)) return error(KVC_ERR_UNSUPPORTED, "not provided by the plugin");
         const uint32_t n = get_u32(req_ + 20);
-        const uint64_t each = scales ? scales_bytes(s->shape, n) : read_bytes(s->shape, n);
-        if (2 * each > kMaxPayloadBytes) return error(KVC_ERR_INVALID_ARGUMENT, "more rows than a reply frame carries");
-        unsigned char* k = out(2 * each);
-        unsigned char* v = k + each;
+        const Sizes z = sizes_of(s->shape, n);
+        const uint64_t kb = scales ? z.scales_k : z.read_k, vb = scales ? z.scales_v : z.read_v;
+        if (kb + vb > kMaxPayloadBytes) return error(KVC_ERR_INVALID_ARGUMENT, "more rows than a reply frame carries");
+        unsigned char* k = out(kb + vb);
+        unsigned char* v = k + kb;
         const uint32_t seq = get_u32(req_ + 8), layer = get_u32(req_ + 12), pos = get_u32(req_ + 16);
         const kvc_status st = scales ? api_->read_kv_scales(s->cache, seq, layer, pos, n, k, v)
                                      : api_->read_kv(s->cache, seq, layer, pos, n, k, v);
-        struct iovec body{k, 2 * each};
+        struct iovec body{k, kb + vb};
         return status(st, s->cache, &body, 1);
     }
 
@@ -331,6 +341,7 @@ private:
     std::size_t out_used_ = 0;
     uint32_t seq_ = 0, len_ = 0;
     uint16_t op_ = 0;
+    uint32_t minor_ = 0; // the protocol minor of this connection, set by hello
     Served caches_[kMaxCaches];
 };
 

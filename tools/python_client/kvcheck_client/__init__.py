@@ -11,6 +11,8 @@
 and then: kvcheck validate --connect 'python3 my_cache.py'
 """
 
-from .protocol import Caps, Config, KvcError, Memory, serve
+from .protocol import (EVICTED, INTERNAL, INVALID_ARGUMENT, OUT_OF_MEMORY, UNSUPPORTED, Caps, Config, KvcError, Memory,
+                       serve)
 
-__all__ = ["Caps", "Config", "KvcError", "Memory", "serve"]
+__all__ = ["Caps", "Config", "KvcError", "Memory", "serve", "INVALID_ARGUMENT", "UNSUPPORTED", "OUT_OF_MEMORY",
+           "INTERNAL", "EVICTED"]

@@ -16,17 +16,20 @@ import numpy as np
 
 MAGIC = 0x5043564B
 REPLY = 0x8000
-PROTOCOL = (1, 2)
+PROTOCOL = (1, 3)  # 1.3 carries every field of ABI 1.2; a kvcheck that asks for less gets its minor's frames
+WHOLE_ABI_MINOR = 3
 MAX_PAYLOAD = 1 << 30
 MAX_MESSAGE = 4096
 NO_READING = 0xFFFFFFFFFFFFFFFF
 
-OK, INVALID_ARGUMENT, UNSUPPORTED, OUT_OF_MEMORY, INTERNAL = range(5)
+OK, INVALID_ARGUMENT, UNSUPPORTED, OUT_OF_MEMORY, INTERNAL, EVICTED = range(6)
 HELLO, GET_CAPS, CREATE, DESTROY, APPEND, BATCH, READ_KV, READ_SCALES, SEQ_LENGTH, MEMORY, FORK, RELEASE = range(1, 13)
 
 DTYPES = ["f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8_token", "q8_0"]
 ROPES = ["none", "neox", "gptj"]
-FEATURES = {"gqa": 1, "paged": 2, "fork": 4, "release": 8, "batch": 16, "chunked": 32}
+FEATURES = {"gqa": 1, "paged": 2, "fork": 4, "release": 8, "batch": 16, "chunked": 32, "window": 64, "sinks": 128,
+            "evict": 256, "head_dim_v": 512, "rope_range": 1024, "fork_shares": 2048}
+FIXED_SCALE = {None: 0, "inv_sqrt_head_dim": 1}
 QUANT = {"fp8_scale_tensor": 1, "fp8_scale_kv_head": 2, "int8_scale_f16": 4}
 ROUNDS = {"f32": 0, "f16": 1, "bf16": 2, "cache": 3, "fp8_e4m3": 4, "fp8_e5m2": 5}
 PIPELINE_STAGES = ["q", "rope", "scores", "probs", "accum", "output"]
@@ -46,7 +49,7 @@ class Caps:
     """kvc_caps in words. Limits of 0 mean no limit. pipeline: stage -> round name, e.g. {"accum": "f16"}."""
     dtypes: List[str] = field(default_factory=lambda: ["f32"])
     rope: List[str] = field(default_factory=list)          # variants applied by the cache itself
-    features: List[str] = field(default_factory=list)      # gqa, paged, fork, release, batch, chunked
+    features: List[str] = field(default_factory=list)      # FEATURES' names: gqa, paged, fork, release, ...
     precision: str = "f32"                                  # or "q_and_v_accum_in_cache_dtype"
     max_layers: int = 0
     max_q_heads: int = 0
@@ -59,8 +62,13 @@ class Caps:
     pipeline: Optional[Dict[str, str]] = None
     new_rows_unrounded: bool = False
     quant: List[str] = field(default_factory=list)
+    max_window: int = 0
+    max_sinks: int = 0
+    max_head_dim_v: int = 0
+    fixed_rope_theta: float = 0.0            # the one RoPE base the cache rotates with; 0 = the config's
+    fixed_scale: Optional[str] = None        # "inv_sqrt_head_dim": 1/sqrt(head_dim) whatever config.scale says
 
-    def encode(self) -> bytes:
+    def encode(self, minor: int = PROTOCOL[1]) -> bytes:
         dtypes = sum(1 << DTYPES.index(d) for d in self.dtypes)
         ropes = sum(1 << ROPES.index(r) for r in self.rope)
         features = sum(FEATURES[f] for f in self.features)
@@ -74,9 +82,13 @@ class Caps:
         if self.new_rows_unrounded:
             flags |= 2
         quant = sum(QUANT[q] for q in self.quant)
-        return struct.pack("<21I", dtypes, ropes, features, precision, 0, self.max_layers, self.max_q_heads,
-                           self.max_kv_heads, self.max_head_dim, self.max_seqs, self.max_tokens,
-                           self.head_dim_multiple, self.head_dim_multiple_rope, *stages, flags, quant)
+        words = struct.pack("<21I", dtypes, ropes, features, precision, 0, self.max_layers, self.max_q_heads,
+                            self.max_kv_heads, self.max_head_dim, self.max_seqs, self.max_tokens,
+                            self.head_dim_multiple, self.head_dim_multiple_rope, *stages, flags, quant)
+        if minor < WHOLE_ABI_MINOR:
+            return words
+        return words + struct.pack("<3IfI", self.max_window, self.max_sinks, self.max_head_dim_v,
+                                   self.fixed_rope_theta, FIXED_SCALE[self.fixed_scale])
 
 
 @dataclass
@@ -98,6 +110,17 @@ class Config:
     int8_scale_dtype: int
     k_scales: Optional[np.ndarray] = None
     v_scales: Optional[np.ndarray] = None
+    n_sinks: int = 0
+    evict: int = 0
+    head_dim_v: int = 0                 # 0: V rows and outputs have head_dim dims
+    rope_dim_begin: int = 0
+    rope_dims: int = 0                  # 0: RoPE over the whole head
+    windows: Optional[np.ndarray] = None  # uint32 [n_layers], 0 = full attention in that layer; None = no window
+
+    @property
+    def dv(self) -> int:
+        """Dims of a V row and of an output row."""
+        return self.head_dim_v or self.head_dim
 
     @property
     def dtype(self) -> str:
@@ -121,14 +144,15 @@ class Memory:
 _DTYPE_BYTES = {0: 4, 1: 2, 2: 2}  # f32, f16, bf16; every quantized dtype stores one byte per element
 
 
-def _scale_bytes(cfg) -> int:
-    """Bytes of the scales of one head row as read_kv_scales returns them (kvc::scales_per_head_row x scale_size)."""
+def _scale_bytes(cfg, dims: int) -> int:
+    """Bytes of the scales of one head row of `dims` dims as read_kv_scales returns them (kvc::scales_per_head_row
+    x scale_size)."""
     if cfg.cache_dtype in (3, 4):  # fp8: one f32
         return 4
     if cfg.cache_dtype == 5:  # int8_token: one scale in int8_scale_dtype
         return 2 if cfg.int8_scale_dtype == 1 else 4
     if cfg.cache_dtype == 6:  # q8_0: one f16 per 32 values
-        return 2 * (cfg.head_dim // 32)
+        return 2 * (dims // 32)
     return 0
 
 
@@ -168,6 +192,7 @@ class _Server:
             tracemalloc.start()
         self.caches: Dict[int, tuple] = {}  # handle -> (cache object, config)
         self.next_handle = 1
+        self.minor = PROTOCOL[1]  # until hello says which minor kvcheck speaks
         # The protocol owns fds 0 and 1: Python's own stdout goes to stderr, so a print() cannot corrupt a frame.
         self.inp = os.dup(0)
         self.out = os.dup(1)
@@ -246,9 +271,10 @@ class _Server:
         if op == HELLO:
             name = self.name.encode()[:64].ljust(64, b"\0")
             version = self.version.encode()[:64].ljust(64, b"\0")
-            return [struct.pack("<II", *PROTOCOL), name, version]
+            self.minor = min(struct.unpack_from("<I", p, 4)[0], PROTOCOL[1])
+            return [struct.pack("<II", PROTOCOL[0], self.minor), name, version]
         if op == GET_CAPS:
-            return [self.caps.encode()]
+            return [self.caps.encode(self.minor)]
         if op == CREATE:
             return self.create(p)
         if op == DESTROY:
@@ -258,28 +284,29 @@ class _Server:
                 entry[0].close()
             return []
         obj, cfg = self.cache(p)
-        hq, hkv, d = cfg.n_q_heads, cfg.n_kv_heads, cfg.head_dim
+        hq, hkv, d, dv = cfg.n_q_heads, cfg.n_kv_heads, cfg.head_dim, cfg.dv
         if op == APPEND:
             seq, layer, n = struct.unpack_from("<III", p, 8)
-            q, k, v = self.arrays(p, 24, [(n, hq, d), (n, hkv, d), (n, hkv, d)])
+            q, k, v = self.arrays(p, 24, [(n, hq, d), (n, hkv, d), (n, hkv, dv)])
             out = _as_array(obj.append_attend(seq, layer, q, k, v), np.float32)
-            return [self.shaped(out, (n, hq, d), "append_attend's output")]
+            return [self.shaped(out, (n, hq, dv), "append_attend's output")]
         if op == BATCH:
             layer, n_seqs = struct.unpack_from("<II", p, 8)
             ids = np.frombuffer(p, np.uint32, n_seqs, 16)
             offsets = np.frombuffer(p, np.uint32, n_seqs + 1, 16 + 4 * n_seqs)
             total = int(offsets[-1])
-            q, k, v = self.arrays(p, 16 + 8 * n_seqs + 4, [(total, hq, d), (total, hkv, d), (total, hkv, d)])
+            q, k, v = self.arrays(p, 16 + 8 * n_seqs + 4, [(total, hq, d), (total, hkv, d), (total, hkv, dv)])
             out = _as_array(obj.append_attend_batch(layer, ids, offsets, q, k, v), np.float32)
-            return [self.shaped(out, (total, hq, d), "append_attend_batch's output")]
+            return [self.shaped(out, (total, hq, dv), "append_attend_batch's output")]
         if op in (READ_KV, READ_SCALES):
             seq, layer, pos, n = struct.unpack_from("<IIII", p, 8)
             method = obj.read_kv if op == READ_KV else obj.read_kv_scales
             k, v = method(seq, layer, pos, n)
             k, v = _as_array(k), _as_array(v)
             what = "read_kv" if op == READ_KV else "read_kv_scales"
-            want = n * hkv * (d * _DTYPE_BYTES.get(cfg.cache_dtype, 1) if op == READ_KV else _scale_bytes(cfg))
-            for side, a in (("k", k), ("v", v)):
+            for side, a, dims in (("k", k, d), ("v", v, dv)):
+                want = n * hkv * (dims * _DTYPE_BYTES.get(cfg.cache_dtype, 1) if op == READ_KV
+                                  else _scale_bytes(cfg, dims))
                 if a.nbytes != want:  # a reply of the wrong length would break the connection: say what is wrong
                     raise KvcError(INTERNAL, f"{what} returned {a.nbytes} bytes for {side}, expected {want} "
                                              f"({n} rows x {hkv} KV heads, as stored)")
@@ -320,10 +347,17 @@ class _Server:
         n_scales = f[-1]
         cfg = Config(*f[:13])
         cfg.scale, cfg.rope_theta = np.float32(cfg.scale), np.float32(cfg.rope_theta)
+        at, n_windows = 56, 0
+        if self.minor >= WHOLE_ABI_MINOR:
+            cfg.n_sinks, cfg.evict, cfg.head_dim_v, cfg.rope_dim_begin, cfg.rope_dims, n_windows = \
+                struct.unpack_from("<6I", p, 56)
+            at = 80
         if n_scales:
             shape = (cfg.n_layers,) if n_scales == cfg.n_layers else (cfg.n_layers, cfg.n_kv_heads)
-            cfg.k_scales = np.frombuffer(p, np.float32, n_scales, 56).reshape(shape).copy()
-            cfg.v_scales = np.frombuffer(p, np.float32, n_scales, 56 + 4 * n_scales).reshape(shape).copy()
+            cfg.k_scales = np.frombuffer(p, np.float32, n_scales, at).reshape(shape).copy()
+            cfg.v_scales = np.frombuffer(p, np.float32, n_scales, at + 4 * n_scales).reshape(shape).copy()
+        if n_windows:
+            cfg.windows = np.frombuffer(p, np.uint32, n_windows, at + 8 * n_scales).copy()
         obj = self.factory(cfg)
         handle = self.next_handle
         self.next_handle += 1

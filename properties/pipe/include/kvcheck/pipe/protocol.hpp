@@ -12,9 +12,16 @@
 
 namespace kvc::pipe {
 
-// The protocol's version is the ABI's: a peer speaking 1.2 carries every field of ABI 1.2.
+// The protocol's major version is the ABI's. Its minor follows the ABI's up to 1.2, whose caps and config frames
+// left out the windowed and latent fields; 1.3 carries every field of ABI 1.2. A connection speaks the lower of the
+// two peers' minors (docs/protocol.md, Version handshake).
 constexpr uint32_t kProtocolMajor = KVC_ABI_VERSION_MAJOR;
-constexpr uint32_t kProtocolMinor = KVC_ABI_VERSION_MINOR;
+constexpr uint32_t kProtocolMinor = 3;
+constexpr uint32_t kWholeAbiMinor = 3; // the first protocol minor with ABI 1.2's windows, sinks, eviction, MLA shapes
+// The ABI minor a connection of this protocol minor gives the harness, and the protocol minor that carries all of
+// a plugin's ABI minor.
+uint32_t abi_minor_of(uint32_t protocol_minor);
+uint32_t protocol_minor_of(uint32_t abi_minor);
 
 constexpr uint32_t kMagic = 0x5043564bu; // the bytes "KVCP" on the wire
 constexpr uint16_t kReplyBit = 0x8000u;  // a reply's opcode is its request's opcode with this bit set
@@ -63,8 +70,11 @@ constexpr uint64_t kNoReading = ~uint64_t{0};
 // Fixed request sizes (before any array) and fixed reply body sizes (after the prefix).
 constexpr std::size_t kHelloRequestBytes = 8;       // u32 major, u32 minor
 constexpr std::size_t kHelloReplyBytes = 8 + 2 * kMaxNameBytes; // u32 major, minor, name, version
-constexpr std::size_t kCapsReplyBytes = 21 * 4;     // kvc_caps without struct_size, field by field
-constexpr std::size_t kConfigBytes = 14 * 4;        // kvc_config without struct_size and the scale pointers, + n_scales
+constexpr std::size_t kCapsReplyBytes = 26 * 4;     // kvc_caps without struct_size, field by field (1.2: 21 fields)
+constexpr std::size_t kConfigBytes = 20 * 4;        // kvc_config without struct_size and pointers, + counts (1.2: 14)
+// The sizes at a connection's minor.
+std::size_t caps_reply_bytes(uint32_t minor);
+std::size_t config_bytes(uint32_t minor);
 constexpr std::size_t kCacheRequestBytes = 8;       // u64 cache
 constexpr std::size_t kAppendRequestBytes = 24;     // u64 cache, u32 seq, layer, n_new, 0
 constexpr std::size_t kBatchRequestBytes = 16;      // u64 cache, u32 layer, n_seqs
@@ -79,14 +89,16 @@ constexpr std::size_t kMemoryReplyBytes = 40;       // u32 block_size, 0, u64 li
 struct Shape {
     uint32_t n_layers = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, cache_dtype = 0, int8_scale_dtype = 0;
     uint32_t max_seqs = 0, max_tokens = 0;
+    uint32_t head_dim_v = 0; // V rows and outputs: the config's head_dim_v, or head_dim where it is 0
 };
 Shape shape_of(const kvc_config& c);
-// Bytes of q/out and of k/v for n tokens, of read_kv's k_out (or v_out) and read_kv_scales's for n rows. 64-bit:
-// the caller checks them against kMaxPayloadBytes.
-uint64_t q_bytes(const Shape& s, uint64_t n);
-uint64_t kv_bytes(const Shape& s, uint64_t n);
-uint64_t read_bytes(const Shape& s, uint64_t n);
-uint64_t scales_bytes(const Shape& s, uint64_t n);
+// Byte counts for n tokens (or rows). 64-bit: the caller checks them against kMaxPayloadBytes.
+struct Sizes {
+    uint64_t q = 0, k = 0, v = 0, out = 0; // the f32 arrays of append_attend
+    uint64_t read_k = 0, read_v = 0;       // read_kv's k_out and v_out, as stored
+    uint64_t scales_k = 0, scales_v = 0;   // read_kv_scales's
+};
+Sizes sizes_of(const Shape& s, uint64_t n);
 // How many f32 scales each of k_scales and v_scales carries for this config (0 for KVC_SCALE_NONE or a dtype that is
 // not fp8); UINT32_MAX for a scale mode that does not exist.
 uint32_t config_scale_count(const kvc_config& c);
@@ -99,11 +111,18 @@ uint64_t get_u64(const unsigned char* p);
 void put_f32(unsigned char* p, float v);
 float get_f32(const unsigned char* p);
 
-// kvc_caps and kvc_config, field by field in abi.h's order (struct_size left out: the protocol's version fixes it).
-void encode_caps(const kvc_caps& c, unsigned char out[kCapsReplyBytes]);
-kvc_caps decode_caps(const unsigned char in[kCapsReplyBytes]);
-// The config's fixed part; n_scales is config_scale_count(c), the f32 arrays follow it on the wire.
-void encode_config(const kvc_config& c, uint32_t n_scales, unsigned char out[kConfigBytes]);
-kvc_config decode_config(const unsigned char in[kConfigBytes], uint32_t* n_scales);
+// kvc_caps and kvc_config, field by field in abi.h's order (struct_size left out: the protocol's version fixes it),
+// caps_reply_bytes(minor) / config_bytes(minor) of them. Below 1.3 the caps' window, sink, eviction, head_dim_v and
+// RoPE-range bits are cleared on decoding (the config cannot carry them) and no fixed parameter travels.
+void encode_caps(const kvc_caps& c, uint32_t minor, unsigned char out[kCapsReplyBytes]);
+kvc_caps decode_caps(const unsigned char in[kCapsReplyBytes], uint32_t minor);
+// The config's fixed part. What follows it on the wire: f32 k_scales[n_scales], v_scales[n_scales]
+// (n_scales = config_scale_count(c)), then, from 1.3, u32 windows[n_windows] (0 or n_layers).
+struct ConfigArrays {
+    uint32_t n_scales = 0, n_windows = 0;
+    uint64_t bytes() const { return uint64_t{n_scales} * 8 + uint64_t{n_windows} * 4; }
+};
+void encode_config(const kvc_config& c, const ConfigArrays& a, uint32_t minor, unsigned char out[kConfigBytes]);
+kvc_config decode_config(const unsigned char in[kConfigBytes], uint32_t minor, ConfigArrays* a);
 
 } // namespace kvc::pipe
