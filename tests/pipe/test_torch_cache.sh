@@ -5,21 +5,25 @@
 # (release frees blocks a fork still shares: NOT CONFORMANT with RELEASE or FORK failing, 20 cases each: every case
 # of both ends with a release while a fork sibling shares, then takes the freed blocks again). For a broken one, the
 # replay command kvcheck prints under the first failure of an expected property must reproduce the FAIL.
-# Exit 77 (SKIPPED, with the reason) where the interpreter cannot import torch: tools/setup-torch.sh makes
-# build/venv-torch (nothing is downloaded from here).
+# The checks hf_conformant and hf_is_causal do the same with transformers' DynamicCache (hf_dynamic_cache.py):
+# CONFORMANT, and with SDPA's top-left `is_causal` mask NOT CONFORMANT with EQUIV failing.
+# Exit 77 (SKIPPED, with the reason) where the interpreter cannot import torch (and transformers, for hf_*):
+# tools/setup-torch.sh makes build/venv-torch (nothing is downloaded from here).
 set -uo pipefail
 check=$1 kvcheck=$2 python=$3 client=$4 work=$5
+example_file=torch_paged_cache.py imports="numpy, torch"
+case $check in hf_*) example_file=hf_dynamic_cache.py imports="numpy, torch, transformers" check=${check#hf_} ;; esac
 if [ ! -x "$python" ]; then
   echo "SKIPPED: no torch venv at $python (run: bash tools/setup-torch.sh, or configure with" \
        "-DKVCHECK_TORCH_PYTHON=...)"
   exit 77
 fi
-if ! "$python" -c "import numpy, torch" 2>/dev/null; then
-  echo "SKIPPED: $python cannot import torch and numpy (run: bash tools/setup-torch.sh)"
+if ! "$python" -c "import $imports" 2>/dev/null; then
+  echo "SKIPPED: $python cannot import $imports (run: bash tools/setup-torch.sh)"
   exit 77
 fi
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-example="$python $client/examples/torch_paged_cache.py"
+example="$python $client/examples/$example_file"
 
 if [ "$check" = conformant ]; then
   "$kvcheck" validate --connect "$example" --profile full --cases 20 --cases-per-process 20 --report r.json
@@ -29,6 +33,7 @@ fi
 bug=${check//_/-}
 case $check in
   fork_no_cow) expect="FORK" args=(--profile full --cases 20 --cases-per-process 20) ;;
+  is_causal) expect="EQUIV" args=(--profile full --filter '^EQUIV$' --cases 10 --cases-per-process 20) ;;
   release_frees_shared) expect="RELEASE FORK"
     args=(--profile full --filter '^(RELEASE|FORK)$' --seed 20261129 --cases 20 --cases-per-process 20) ;;
   *) echo "unknown check $check"; exit 2 ;;
