@@ -144,13 +144,14 @@ AppendInputs append_inputs(const CaseConfig& cfg, uint64_t data_seed, uint32_t o
                            uint32_t n_new, uint32_t qstream, bool extreme) {
     const size_t qrow = static_cast<size_t>(cfg.n_q_heads) * cfg.head_dim;
     const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
+    const size_t vrow = static_cast<size_t>(cfg.n_kv_heads) * cfg.dv();
     const uint32_t d = cfg.head_dim;
     const bool large = cfg.score_scale > 0;
     const LargeScores ls = large ? large_scores(cfg) : LargeScores{};
     AppendInputs in;
     in.q.resize(n_new * qrow);
     in.k.resize(n_new * row);
-    in.v.resize(n_new * row);
+    in.v.resize(n_new * vrow);
     for (uint32_t i = 0; i < n_new; ++i) {
         for (size_t x = 0; x < qrow; ++x)
             in.q[i * qrow + x] = input_value(data_seed, op, seq, layer, i, 0, static_cast<uint32_t>(x), qstream);
@@ -165,13 +166,15 @@ AppendInputs append_inputs(const CaseConfig& cfg, uint64_t data_seed, uint32_t o
             }
         for (size_t x = 0; x < row; ++x) {
             in.k[i * row + x] = input_value(data_seed, op, seq, layer, i, 1, static_cast<uint32_t>(x));
-            in.v[i * row + x] = input_value(data_seed, op, seq, layer, i, 2, static_cast<uint32_t>(x));
             if (extreme) { // 2^14 with the drawn sign: exact in f16 and bf16, and a rotated pair stays < 65504
                 in.k[i * row + x] = std::copysign(kExtremeValue, in.k[i * row + x]);
-                in.v[i * row + x] = std::copysign(kExtremeValue, in.v[i * row + x]);
             } else if (large && x % d == d - 1) {
                 in.k[i * row + x] += ls.bias;
             }
+        }
+        for (size_t x = 0; x < vrow; ++x) {
+            in.v[i * vrow + x] = input_value(data_seed, op, seq, layer, i, 2, static_cast<uint32_t>(x));
+            if (extreme) in.v[i * vrow + x] = std::copysign(kExtremeValue, in.v[i * vrow + x]);
         }
     }
     return in;
@@ -218,12 +221,13 @@ void quantize_rows(const CaseConfig& cfg, uint32_t layer, uint32_t n_new, const 
 StoredRows expected_new_rows(const CaseConfig& cfg, uint32_t pos_begin, uint32_t n_new, const float* k,
                              const float* v, uint32_t layer) {
     const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
+    const size_t vrow = static_cast<size_t>(cfg.n_kv_heads) * cfg.dv();
     const size_t es = dtype_size(cfg.cache_dtype);
     StoredRows r;
     r.k.resize(n_new * row);
-    r.v.resize(n_new * row);
+    r.v.resize(n_new * vrow);
     r.k_bits.resize(n_new * row * es);
-    r.v_bits.resize(n_new * row * es);
+    r.v_bits.resize(n_new * vrow * es);
     r.rotated.resize(n_new * row);
     for (uint32_t i = 0; i < n_new; ++i)
         expected_rotated_key(cfg, k + i * row, pos_begin + i, r.rotated.data() + i * row);
@@ -232,8 +236,8 @@ StoredRows expected_new_rows(const CaseConfig& cfg, uint32_t pos_begin, uint32_t
         return r;
     }
     for (size_t x = 0; x < r.k.size(); ++x) r.k[x] = ref::round_to_dtype(r.rotated[x], cfg.cache_dtype);
-    for (size_t x = 0; x < r.k.size(); ++x) {
-        ref::store_dtype(r.k[x], cfg.cache_dtype, r.k_bits.data() + x * es);
+    for (size_t x = 0; x < r.k.size(); ++x) ref::store_dtype(r.k[x], cfg.cache_dtype, r.k_bits.data() + x * es);
+    for (size_t x = 0; x < r.v.size(); ++x) {
         ref::store_dtype(v[x], cfg.cache_dtype, r.v_bits.data() + x * es);
         r.v[x] = ref::load_dtype(r.v_bits.data() + x * es, cfg.cache_dtype);
     }
@@ -268,6 +272,46 @@ std::string rope_stage_fitting(const CaseConfig& cfg, const float* k_in, uint32_
     return "";
 }
 
+// Whether every wrong key of a call is what a rotation over the whole head gives (each within what an f32 rotation
+// may differ from it) while the case declares RoPE on a range of the dims: the range ignored. "" otherwise.
+std::string rope_over_all_dims(const CaseConfig& cfg, const float* k_in, uint32_t pos0, const uint8_t* got_k,
+                               const std::vector<size_t>& wrong) {
+    if (cfg.rope == KVC_ROPE_NONE || cfg.rope_dims == 0 || cfg.rope_dims == cfg.head_dim) return "";
+    CaseConfig whole = cfg;
+    whole.rope_dim_begin = whole.rope_dims = 0;
+    const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim, es = dtype_size(cfg.cache_dtype);
+    std::vector<float> rotated(row);
+    const bool all = std::all_of(wrong.begin(), wrong.end(), [&](size_t e) {
+        const size_t i = e / row;
+        const uint32_t pos = pos0 + static_cast<uint32_t>(i);
+        expected_rotated_key(whole, k_in + i * row, pos, rotated.data());
+        const float got = ref::load_dtype(got_k + e * es, cfg.cache_dtype);
+        return stored_key_acceptable(whole, KVC_ROUND_F32, k_in + i * row, pos, static_cast<uint32_t>(e % row),
+                                     rotated[e % row], got);
+    });
+    if (!all) return "";
+    return "a RoPE over all " + std::to_string(cfg.head_dim) + " dims of the head: RoPE over all dims when a range is "
+           "declared (rope_dim_begin " + std::to_string(cfg.rope_dim_begin) + ", rope_dims " +
+           std::to_string(cfg.rope_dims) + ": only dims [" + std::to_string(cfg.rope_dim_begin) + ", " +
+           std::to_string(cfg.rope_dim_begin + cfg.rope_dims) + ") rotate)";
+}
+
+// Whether every V element a call stored is the call's v read with K's row stride (head_dim elements a KV head where
+// the ABI lays v out in head_dim_v), counted modulo the call's v: the V head dim taken from K's. "" otherwise.
+std::string v_with_k_stride(const CaseConfig& cfg, uint32_t n, const float* v_in, const uint8_t* got_v) {
+    if (cfg.dv() == cfg.head_dim) return "";
+    const size_t heads = static_cast<size_t>(n) * cfg.n_kv_heads, dv = cfg.dv(), total = heads * dv;
+    const size_t es = dtype_size(cfg.cache_dtype);
+    for (size_t hr = 0; hr < heads; ++hr)
+        for (size_t x = 0; x < dv; ++x) {
+            const float want = ref::round_to_dtype(v_in[(hr * cfg.head_dim + x) % total], cfg.cache_dtype);
+            const float got = ref::load_dtype(got_v + (hr * dv + x) * es, cfg.cache_dtype);
+            if (std::memcmp(&want, &got, sizeof want) != 0) return "";
+        }
+    return "the appended v read with K's row stride (" + std::to_string(cfg.head_dim) + " values a KV head, not " +
+           "head_dim_v " + std::to_string(dv) + "): the V head dim taken from K's";
+}
+
 } // namespace
 
 std::string stored_row_reason(const CaseConfig& cfg, const char* source, const Mismatch& m) {
@@ -278,9 +322,13 @@ std::string stored_row_reason(const CaseConfig& cfg, const char* source, const M
                 : " (bitwise)");
 }
 
+uint64_t token_bytes(const CaseConfig& cfg) {
+    return uint64_t{cfg.n_kv_heads} * (head_row_bytes(cfg.cache_dtype, cfg.head_dim, cfg.int8_scale_dtype) +
+                                       head_row_bytes(cfg.cache_dtype, cfg.dv(), cfg.int8_scale_dtype));
+}
+
 uint64_t live_bytes(const CaseConfig& cfg, const std::vector<std::vector<uint32_t>>& lengths) {
-    const uint64_t row_bytes =
-        2ull * cfg.n_kv_heads * head_row_bytes(cfg.cache_dtype, cfg.head_dim, cfg.int8_scale_dtype);
+    const uint64_t row_bytes = token_bytes(cfg);
     uint64_t total = 0;
     for (const auto& seq : lengths)
         for (uint32_t l : seq) total += l * row_bytes;
@@ -290,8 +338,9 @@ uint64_t live_bytes(const CaseConfig& cfg, const std::vector<std::vector<uint32_
 // ---- the model ----
 
 CacheModel::CacheModel(const CaseConfig& cfg)
-    : cfg_(cfg), head_dim_(cfg.head_dim), row_elems_(static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim),
-      elem_bytes_(dtype_size(cfg.cache_dtype)), streams_(cfg.max_seqs, std::vector<Stream>(cfg.n_layers)),
+    : cfg_(cfg), head_dim_(cfg.head_dim), head_dim_v_(cfg.dv()),
+      row_elems_(static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim),
+      v_row_elems_(static_cast<size_t>(cfg.n_kv_heads) * cfg.dv()), elem_bytes_(dtype_size(cfg.cache_dtype)), streams_(cfg.max_seqs, std::vector<Stream>(cfg.n_layers)),
       quantized_(dtype_is_quantized(cfg.cache_dtype)), head_scale_bytes_(scale_bytes_per_head_row(cfg)) {
     for (auto& seq : streams_)
         for (Stream& s : seq) s.chain = {{next_instance_++, 0}};
@@ -309,9 +358,11 @@ Mismatch CacheModel::at_element(const char* what, uint32_t seq, uint32_t layer, 
     m.what = what;
     m.seq = static_cast<int>(seq);
     m.layer = static_cast<int>(layer);
-    m.pos = static_cast<int>(element / row_elems_);
-    m.head = static_cast<int>(element % row_elems_ / head_dim_);
-    m.dim = static_cast<int>(element % head_dim_);
+    const bool v = what[0] == 'v'; // a V row has head_dim_v dims a head
+    const size_t row = v ? v_row_elems_ : row_elems_, d = v ? head_dim_v_ : head_dim_;
+    m.pos = static_cast<int>(element / row);
+    m.head = static_cast<int>(element % row / d);
+    m.dim = static_cast<int>(element % d);
     return m;
 }
 
@@ -326,36 +377,51 @@ std::optional<Mismatch> CacheModel::store(uint32_t seq, uint32_t layer, uint32_t
                                rope_stage, why);
     std::optional<Mismatch> first;
     std::vector<size_t> wrong_keys; // elements of this call whose key is not acceptable
+    // K and V element x of each row side by side (a V row may be shorter or longer): the first wrong element is
+    // the first in row order, a key before the value at the same place
     for (uint32_t i = 0; i < n; ++i)
-        for (size_t x = 0; x < row_elems_; ++x) {
-            const size_t e = i * row_elems_ + x;
-            const uint8_t* gk_bits = got_k + e * elem_bytes_;
-            const uint8_t* gv_bits = got_v + e * elem_bytes_;
-            const float gk = ref::load_dtype(gk_bits, cfg_.cache_dtype), gv = ref::load_dtype(gv_bits, cfg_.cache_dtype);
-            // a key the implementation rotated itself may be the rounding of any rotation within an ordinary f32
-            // rotation's error (stored_key_acceptable); without RoPE the stored bits are exact
-            const bool k_ok = std::memcmp(want.k_bits.data() + e * elem_bytes_, gk_bits, elem_bytes_) == 0 ||
-                              (cfg_.rope != KVC_ROPE_NONE &&
-                               stored_key_acceptable(cfg_, rope_stage, k_in + i * row_elems_, s.len + i,
-                                                     static_cast<uint32_t>(x), want.rotated[e], gk));
-            const bool v_ok = std::memcmp(want.v_bits.data() + e * elem_bytes_, gv_bits, elem_bytes_) == 0;
-            s.k_eff.push_back(k_ok ? gk : want.k[e]);
-            s.v_eff.push_back(want.v[e]);
-            if (!k_ok) wrong_keys.push_back(e);
+        for (size_t x = 0; x < std::max(row_elems_, v_row_elems_); ++x) {
+            const size_t e = i * row_elems_ + x, ev = i * v_row_elems_ + x;
+            bool k_ok = true, v_ok = true;
+            float gk = 0, gv = 0;
+            if (x < row_elems_) {
+                const uint8_t* gk_bits = got_k + e * elem_bytes_;
+                gk = ref::load_dtype(gk_bits, cfg_.cache_dtype);
+                // a key the implementation rotated itself may be the rounding of any rotation within an ordinary
+                // f32 rotation's error (stored_key_acceptable); without RoPE the stored bits are exact
+                k_ok = std::memcmp(want.k_bits.data() + e * elem_bytes_, gk_bits, elem_bytes_) == 0 ||
+                       (cfg_.rope != KVC_ROPE_NONE &&
+                        stored_key_acceptable(cfg_, rope_stage, k_in + i * row_elems_, s.len + i,
+                                              static_cast<uint32_t>(x), want.rotated[e], gk));
+                s.k_eff.push_back(k_ok ? gk : want.k[e]);
+                if (!k_ok) wrong_keys.push_back(e);
+            }
+            if (x < v_row_elems_) {
+                const uint8_t* gv_bits = got_v + ev * elem_bytes_;
+                gv = ref::load_dtype(gv_bits, cfg_.cache_dtype);
+                v_ok = std::memcmp(want.v_bits.data() + ev * elem_bytes_, gv_bits, elem_bytes_) == 0;
+                s.v_eff.push_back(want.v[ev]);
+            }
             if ((k_ok && v_ok) || first) continue;
-            first = at_element(!k_ok ? "k" : "v", seq, layer, (static_cast<size_t>(s.len) + i) * row_elems_ + x);
-            first->expected = !k_ok ? want.k[e] : want.v[e];
+            first = !k_ok ? at_element("k", seq, layer, (static_cast<size_t>(s.len) + i) * row_elems_ + x)
+                          : at_element("v", seq, layer, (static_cast<size_t>(s.len) + i) * v_row_elems_ + x);
+            first->expected = !k_ok ? want.k[e] : want.v[ev];
             first->actual = !k_ok ? gk : gv;
         }
-    if (first && first->what == "k" && cfg_.rope != KVC_ROPE_NONE)
-        first->consistent_with = rope_stage_fitting(cfg_, k_in, s.len, got_k, want, wrong_keys);
-    const size_t bytes = static_cast<size_t>(n) * row_elems_ * elem_bytes_;
-    s.k_bits.insert(s.k_bits.end(), got_k, got_k + bytes);
-    s.v_bits.insert(s.v_bits.end(), got_v, got_v + bytes);
+    if (first && first->what == "k" && cfg_.rope != KVC_ROPE_NONE) {
+        first->consistent_with = rope_over_all_dims(cfg_, k_in, s.len, got_k, wrong_keys);
+        if (first->consistent_with.empty())
+            first->consistent_with = rope_stage_fitting(cfg_, k_in, s.len, got_k, want, wrong_keys);
+    }
+    if (first && first->what == "v") first->consistent_with = v_with_k_stride(cfg_, n, v_in, got_v);
+    s.k_bits.insert(s.k_bits.end(), got_k, got_k + kv_bytes(n));
+    s.v_bits.insert(s.v_bits.end(), got_v, got_v + v_bytes(n));
     s.len += n;
     if (first && why) {
         *why = stored_row_reason(cfg_, "read-back", *first);
-        if (!first->consistent_with.empty()) *why += "; every such key is consistent with " + first->consistent_with;
+        if (!first->consistent_with.empty())
+            *why += std::string(first->what == "k" ? "; every such key" : "; every V row of the call") +
+                    " is consistent with " + first->consistent_with;
     }
     return first;
 }
@@ -542,11 +608,11 @@ std::string CacheModel::sharing_of(uint32_t seq, uint32_t layer, uint32_t pos) c
     return "shared with sequence " + std::to_string(best->seq) + (best->released ? " until its release" : "");
 }
 
-uint64_t CacheModel::row_bytes() const {
-    return 2ull * cfg_.n_kv_heads * head_row_bytes(cfg_.cache_dtype, cfg_.head_dim, cfg_.int8_scale_dtype);
-}
+uint64_t CacheModel::row_bytes() const { return token_bytes(cfg_); }
 
 size_t CacheModel::kv_bytes(uint32_t rows) const { return static_cast<size_t>(rows) * row_elems_ * elem_bytes_; }
+
+size_t CacheModel::v_bytes(uint32_t rows) const { return static_cast<size_t>(rows) * v_row_elems_ * elem_bytes_; }
 
 size_t CacheModel::scale_bytes(uint32_t rows) const {
     return static_cast<size_t>(rows) * cfg_.n_kv_heads * head_scale_bytes_;

@@ -1,5 +1,6 @@
 #include "call_driver.hpp"
 
+#include "kvcheck/abi.hpp"
 #include "kvcheck/properties/refused_allocation.hpp"
 
 #include <cerrno>
@@ -75,6 +76,8 @@ void CallDriver::create(const kvc_config& harness) {
         v_scales("v_scales", harness.v_scales ? scales * sizeof(float) : 0, harness.v_scales),
         windows("windows", harness.windows ? harness.n_layers * sizeof(uint32_t) : 0, harness.windows);
     kvc_config abi = harness;
+    head_dim_ = harness.head_dim;
+    head_dim_v_ = value_dim(harness);
     if (abi.k_scales != nullptr) abi.k_scales = k_scales.as<const float>();
     if (abi.v_scales != nullptr) abi.v_scales = v_scales.as<const float>();
     if (abi.windows != nullptr) abi.windows = windows.as<const uint32_t>();
@@ -118,14 +121,14 @@ std::vector<float> CallDriver::append_attend(uint32_t seq, uint32_t layer, uint3
                                              const std::vector<float>& q, const std::vector<float>& k,
                                              const std::vector<float>& v) {
     Lent lq("q", bytes_of(q), q.data()), lk("k", bytes_of(k), k.data()), lv("v", bytes_of(v), v.data()),
-        lout("out", bytes_of(q));
+        lout("out", out_elems(q.size()) * sizeof(float));
     measured("append_attend", [&] {
         const kvc_status st = cache_.api->append_attend(cache_.handle, seq, layer, n_new, lq.as<const float>(),
                                                         lk.as<const float>(), lv.as<const float>(), lout.as<float>());
         check_lent("append_attend", {{&lq, q.data()}, {&lk, k.data()}, {&lv, v.data()}, {&lout, nullptr}});
         check_status(st, "append_attend");
     });
-    std::vector<float> out(lout.as<float>(), lout.as<float>() + q.size());
+    std::vector<float> out(lout.as<float>(), lout.as<float>() + out_elems(q.size()));
     bury({&lq, &lk, &lv, &lout});
     return out;
 }
@@ -143,7 +146,7 @@ std::vector<std::vector<float>> CallDriver::append_attend_batch(uint32_t layer, 
     if (!KVC_API_HAS(cache_.api, append_attend_batch))
         throw AbiError(KVC_ERR_UNSUPPORTED, "append_attend_batch: not provided");
     Lent lq("batch q", bytes_of(q), q.data()), lk("batch k", bytes_of(k), k.data()),
-        lv("batch v", bytes_of(v), v.data()), lout("batch out", bytes_of(q)),
+        lv("batch v", bytes_of(v), v.data()), lout("batch out", out_elems(q.size()) * sizeof(float)),
         lids("batch seq_ids", ids.size() * sizeof(uint32_t), ids.data()),
         loffs("batch token_offsets", offs.size() * sizeof(uint32_t), offs.data());
     kvc_batch b{};
@@ -165,8 +168,8 @@ std::vector<std::vector<float>> CallDriver::append_attend_batch(uint32_t layer, 
     const float* out = lout.as<const float>(); // packed as the queries are
     std::vector<std::vector<float>> outs(parts.size());
     for (size_t i = 0; i < parts.size(); ++i) {
-        outs[i].assign(out, out + parts[i].q->size());
-        out += parts[i].q->size();
+        outs[i].assign(out, out + out_elems(parts[i].q->size()));
+        out += out_elems(parts[i].q->size());
     }
     bury({&lq, &lk, &lv, &lout, &lids, &loffs, &lb});
     return outs;

@@ -30,7 +30,7 @@ public:
     // implementation does to them reaches the harness's own; throws AbiError when create fails or returns no handle.
     void create(const kvc_config& config);
 
-    // One sequence's n_new tokens: q [n][Hq*d], k, v [n][Hkv*d]; returns out [n][Hq*d].
+    // One sequence's n_new tokens: q [n][Hq*d], k [n][Hkv*d], v [n][Hkv*dv]; returns out [n][Hq*dv].
     std::vector<float> append_attend(uint32_t seq, uint32_t layer, uint32_t n_new, const std::vector<float>& q,
                                      const std::vector<float>& k, const std::vector<float>& v);
 
@@ -57,6 +57,9 @@ public:
     void release(uint32_t seq);
 
 private:
+    // The output elements of queries of q_elems elements: a query row has head_dim dims, an output row head_dim_v.
+    size_t out_elems(size_t q_elems) const { return q_elems / head_dim_ * head_dim_v_; }
+    uint32_t head_dim_ = 1, head_dim_v_ = 1; // from the config create was given
     struct Lending {
         const Lent* buffer;
         const void* input; // what the payload must still equal (const inputs); nullptr for outputs

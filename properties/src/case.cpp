@@ -39,6 +39,9 @@ kvc_config CaseConfig::to_abi() const {
     c.windows = windows.empty() ? nullptr : windows.data();
     c.n_sinks = n_sinks;
     c.evict = evict ? 1u : 0u;
+    c.head_dim_v = head_dim_v;
+    c.rope_dim_begin = rope_dim_begin;
+    c.rope_dims = rope_dims;
     return c;
 }
 
@@ -99,6 +102,9 @@ kvc_caps required_caps(const Case& c) {
         r.max_sinks = c.cfg.n_sinks;
     }
     if (c.cfg.evict) r.features |= KVC_FEATURE_EVICT;
+    if (c.cfg.dv() != c.cfg.head_dim) r.features |= KVC_FEATURE_HEAD_DIM_V;
+    r.max_head_dim_v = c.cfg.dv();
+    if (c.cfg.rope_dims != 0) r.features |= KVC_FEATURE_ROPE_RANGE;
     // the parameters it uses, as an implementation that hard-codes them would declare them (missing_caps compares)
     if (c.cfg.rope != KVC_ROPE_NONE) r.fixed_rope_theta = c.cfg.rope_theta;
     CaseConfig plain = c.cfg;
@@ -154,7 +160,9 @@ std::vector<std::string> missing_caps(const kvc_caps& need, const kvc_caps& have
     static const std::pair<uint32_t, const char*> features[] = {
         {KVC_FEATURE_GQA, "gqa"},         {KVC_FEATURE_PAGED, "paged"}, {KVC_FEATURE_FORK, "fork"},
         {KVC_FEATURE_RELEASE, "release"}, {KVC_FEATURE_BATCH, "batch"}, {KVC_FEATURE_CHUNKED, "chunked"},
-        {KVC_FEATURE_WINDOW, "window"},   {KVC_FEATURE_SINKS, "sinks"}, {KVC_FEATURE_EVICT, "evict"}};
+        {KVC_FEATURE_WINDOW, "window"},   {KVC_FEATURE_SINKS, "sinks"}, {KVC_FEATURE_EVICT, "evict"},
+        {KVC_FEATURE_HEAD_DIM_V, "head_dim_v (V rows of their own size)"},
+        {KVC_FEATURE_ROPE_RANGE, "rope range (RoPE on part of the head dims)"}};
     for (const auto& [bit, name] : features)
         if ((need.features & bit) && !(have.features & bit)) m.push_back(name);
     auto limit = [&](uint32_t n, uint32_t h, const char* what) {
@@ -169,6 +177,8 @@ std::vector<std::string> missing_caps(const kvc_caps& need, const kvc_caps& have
     // ABI 1.2 limits: an older plugin's shorter caps read as 0 there, and it declares no window anyway
     if (need.features & KVC_FEATURE_WINDOW) limit(need.max_window, have.max_window, "window");
     if (need.features & KVC_FEATURE_SINKS) limit(need.max_sinks, have.max_sinks, "sinks");
+    if (need.features & KVC_FEATURE_HEAD_DIM_V) // 0 declares max_head_dim for V too
+        limit(need.max_head_dim_v, have.max_head_dim_v ? have.max_head_dim_v : have.max_head_dim, "head_dim_v");
     // what it hard-codes: a case with another value (from a replay file, or drawn for another implementation)
     if (have.fixed_rope_theta > 0 && need.fixed_rope_theta > 0 && need.fixed_rope_theta != have.fixed_rope_theta) {
         std::ostringstream s;
@@ -281,6 +291,29 @@ void windows_from_json(const nlohmann::json& g, CaseConfig& cfg) {
         throw std::invalid_argument("case: evict needs a window in some layer (nothing is ever dead without one)");
 }
 
+// The ABI 1.2 latent and partial-rotary fields, each optional: "head_dim_v" (a V row's dims), "rope_dim_begin" with
+// "rope_dims" (RoPE on those dims only). Only for a non-quantized dtype: a quantized V row of its own size is not
+// modelled (its codes and scales per row are K's).
+void latent_from_json(const nlohmann::json& g, CaseConfig& cfg) {
+    if (g.contains("head_dim_v")) {
+        cfg.head_dim_v = need<uint32_t>(g, "head_dim_v");
+        if (cfg.head_dim_v == 0 || cfg.head_dim_v > 8192)
+            throw std::invalid_argument("case: head_dim_v must be 1 .. 8192 (omit it for V rows of head_dim)");
+    }
+    if (g.contains("rope_dim_begin") != g.contains("rope_dims"))
+        throw std::invalid_argument("case: \"rope_dim_begin\" and \"rope_dims\" go together");
+    if (g.contains("rope_dims")) {
+        cfg.rope_dim_begin = need<uint32_t>(g, "rope_dim_begin");
+        cfg.rope_dims = need<uint32_t>(g, "rope_dims");
+        if (cfg.rope == KVC_ROPE_NONE || cfg.rope_dims == 0 || cfg.rope_dims % 2 != 0 ||
+            uint64_t{cfg.rope_dim_begin} + cfg.rope_dims > cfg.head_dim)
+            throw std::invalid_argument("case: a RoPE range needs rope other than none and an even rope_dims > 0 "
+                                        "with rope_dim_begin + rope_dims <= head_dim");
+    }
+    if ((cfg.head_dim_v != 0 || cfg.rope_dims != 0) && dtype_is_quantized(cfg.cache_dtype))
+        throw std::invalid_argument("case: head_dim_v and a RoPE range need a non-quantized dtype");
+}
+
 } // namespace
 
 nlohmann::json to_json(const Case& c) {
@@ -322,6 +355,11 @@ nlohmann::json to_json(const Case& c) {
         config["evict"] = g.evict;
     }
     if (g.score_scale > 0) config["score_scale"] = g.score_scale; // only in large-score cases, likewise
+    if (g.head_dim_v != 0) config["head_dim_v"] = g.head_dim_v;      // only in latent cases, likewise
+    if (g.rope_dims != 0) {
+        config["rope_dim_begin"] = g.rope_dim_begin;
+        config["rope_dims"] = g.rope_dims;
+    }
     return {{"config", config}, {"ops", ops}, {"data_seed", c.data_seed}};
 }
 
@@ -368,6 +406,7 @@ Case case_from_json(const nlohmann::json& j) {
         throw std::invalid_argument("case: RoPE needs an even head_dim and a positive rope_theta");
     quantization_from_json(g, c.cfg);
     windows_from_json(g, c.cfg);
+    latent_from_json(g, c.cfg);
     if (g.contains("score_scale")) { // optional: absent means ordinary scores
         if (!g["score_scale"].is_number())
             throw std::invalid_argument("case: \"score_scale\" must be a number");
@@ -477,6 +516,8 @@ std::string describe(const Case& c) {
         s << "] sinks=" << g.n_sinks << (g.evict ? " evict" : "");
     }
     if (g.score_scale > 0) s << " score_scale=" << g.score_scale;
+    if (g.head_dim_v != 0) s << " head_dim_v=" << g.head_dim_v;
+    if (g.rope_dims != 0) s << " rope_dims=[" << g.rope_dim_begin << "," << g.rope_dim_begin + g.rope_dims << ")";
     s << "\n";
     const auto lens = lengths_after_ops(c);
     for (size_t i = 0; i < c.ops.size(); ++i) {

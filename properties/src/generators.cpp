@@ -149,6 +149,69 @@ void draw_windows(const ConfigSpace& space, CaseConfig& c) {
     if (has(space.allow.features, KVC_FEATURE_EVICT)) c.evict = *rc::gen::arbitrary<bool>().as("evict");
 }
 
+// An MLA shape (d_c latent dims, r RoPE dims): K rows of d_c + r dims, V rows of d_c, RoPE on the last r when a range
+// is declared. The real shape (512 + 64) in one case of five, the small ones of the same form otherwise; only those
+// inside the declared limits and head_dim granularity. {0, 0} when none fits.
+std::pair<uint32_t, uint32_t> draw_mla_dims(const ConfigSpace& space, bool rope) {
+    const kvc_caps& a = space.allow;
+    const uint32_t m = rope ? lcm(head_dim_multiple(a, true), 2u) : head_dim_multiple(a, false);
+    const uint32_t max_v = a.max_head_dim_v ? a.max_head_dim_v : a.max_head_dim;
+    const auto fits = [&](uint32_t dc, uint32_t r) {
+        return (dc + r) % m == 0 && (!a.max_head_dim || dc + r <= a.max_head_dim) && (!max_v || dc <= max_v);
+    };
+    if (fits(512, 64) && *rc::gen::weightedElement<bool>({{4, false}, {1, true}}).as("MLA 576/512/64")) return {512, 64};
+    std::vector<std::pair<uint32_t, uint32_t>> small;
+    for (uint32_t dc : {8u, 16u, 32u, 64u})
+        for (uint32_t r : {2u, 4u, 8u})
+            if (fits(dc, r)) small.emplace_back(dc, r);
+    if (small.empty()) return {0, 0};
+    return *rc::gen::elementOf(small).as("MLA d_c, r");
+}
+
+// Latent (MLA) and partial-rotary shapes where the caps declare them (KVC_FEATURE_HEAD_DIM_V, KVC_FEATURE_ROPE_RANGE
+// with a RoPE variant), for the 16-bit and f32 dtypes. Drawn after the sizes, so that a case for an implementation
+// that declares neither draws what it always drew. MLA: one KV head read by every query head (MQA), K = [latent |
+// rope part], V = the latent part. Partial rotary: RoPE on a prefix of half or a quarter of the head.
+void draw_latent(const ConfigSpace& space, CaseConfig& c) {
+    const bool dv_ok = has(space.allow.features, KVC_FEATURE_HEAD_DIM_V);
+    const bool range_ok = has(space.allow.features, KVC_FEATURE_ROPE_RANGE) && c.rope != KVC_ROPE_NONE;
+    if ((!dv_ok && !range_ok) || space.long_cases || space.large_queries || dtype_is_quantized(c.cache_dtype)) return;
+    // 0: neither, 1: MLA, 2: partial rotary, weighted 2 : 2 : 1 among those declared
+    std::vector<uint32_t> kinds{0u, 0u};
+    if (dv_ok) kinds.insert(kinds.end(), {1u, 1u});
+    if (range_ok) kinds.push_back(2u);
+    const uint32_t kind = *rc::gen::elementOf(kinds).as("latent shape");
+    if (kind == 2) {
+        const uint32_t d = c.head_dim, part = *rc::gen::elementOf(std::vector<uint32_t>{2, 4}).as("rotary 1/part");
+        if (d % (2 * part) != 0) return; // rope_dims even
+        c.rope_dim_begin = 0;
+        c.rope_dims = d / part;
+        return;
+    }
+    if (kind != 1) return;
+    const auto [dc, r] = draw_mla_dims(space, c.rope != KVC_ROPE_NONE);
+    if (dc == 0) return;
+    c.head_dim = dc + r;
+    c.head_dim_v = dc;
+    if (range_ok) {
+        c.rope_dim_begin = dc;
+        c.rope_dims = r;
+    }
+    c.n_kv_heads = 1;
+    uint32_t hq = has(space.allow.features, KVC_FEATURE_GQA)
+                      ? *rc::gen::elementOf(std::vector<uint32_t>{2, 3, 4, 8}).as("MLA query heads")
+                      : 1u;
+    if (space.allow.max_q_heads) hq = std::min(hq, space.allow.max_q_heads);
+    c.n_q_heads = hq;
+    if (c.n_q_heads * c.head_dim * c.n_layers > 1536) c.max_tokens = std::min(c.max_tokens, 100u); // as config()
+    if (dc >= 512) { // the real shape is wide: one layer, few tokens, few sequences keep it as cheap as a common case
+        c.n_layers = std::min(c.n_layers, std::max(space.min_layers, 1u));
+        c.n_q_heads = std::min(c.n_q_heads, 4u);
+        c.max_tokens = std::min(c.max_tokens, 24u);
+        c.max_seqs = std::min(c.max_seqs, 6u);
+    }
+}
+
 // Whether the declared pipeline forms the scores in f32: q, RoPE and scores not rounded to 16 bits (an fp8 or q8_0
 // q is rounded by the oracle exactly, and a quantized cache's rows are dequantized to f32 first).
 bool scores_in_f32(const kvc_caps& caps, uint32_t dtype) {
@@ -279,6 +342,7 @@ rc::Gen<CaseConfig> config(const ConfigSpace& space) {
                if (space.allow.fixed_scale == KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM) c.softmax_scale = 0.0f;
                if (space.allow.fixed_rope_theta > 0) c.rope_theta = space.allow.fixed_rope_theta;
                draw_quantization(space, c);
+               draw_latent(space, c);
                draw_windows(space, c);
                return c;
            })

@@ -64,8 +64,7 @@ int64_t MemoryWatch::reported_for(const Account& a, const kvc_memory& m) const {
     int64_t reported = kv + saturated(m.workspace_bytes);
     if (a.host_of_device) { // the host bookkeeping of the device pool: kHostBytesPerDeviceBlock per reported block
         const uint64_t block_bytes = std::max<uint64_t>(
-            uint64_t{1}, 2ull * std::max<uint32_t>(m.block_size, 1u) * cfg_.n_kv_heads *
-                             head_row_bytes(cfg_.cache_dtype, cfg_.head_dim, cfg_.int8_scale_dtype));
+            uint64_t{1}, uint64_t{std::max<uint32_t>(m.block_size, 1u)} * token_bytes(cfg_));
         const uint64_t blocks = (static_cast<uint64_t>(kv) + block_bytes - 1) / block_bytes;
         reported += saturated(std::min<uint64_t>(blocks, uint64_t{1} << 54) * kHostBytesPerDeviceBlock);
     }
@@ -154,8 +153,7 @@ void MemoryWatch::judge(const Reading& grown, const kvc_memory& m) {
 }
 
 void MemoryWatch::check_kv_bound(const kvc_memory& m) const {
-    const uint64_t row_bytes =
-        2ull * cfg_.n_kv_heads * head_row_bytes(cfg_.cache_dtype, cfg_.head_dim, cfg_.int8_scale_dtype);
+    const uint64_t row_bytes = token_bytes(cfg_);
     const uint64_t block = std::max<uint32_t>(m.block_size, 1u);
     const uint64_t blocks =
         static_cast<uint64_t>(cfg_.max_seqs) * cfg_.n_layers * ((cfg_.max_tokens + block - 1) / block);
@@ -180,7 +178,12 @@ void check_memory_report(const CheckScope& scope, const kvc_memory& m, const Cac
         mm.what = "live_bytes";
         mm.expected = static_cast<double>(live);
         mm.actual = static_cast<double>(m.live_bytes);
-        scope.fail(kLiveBytesRule, mm);
+        scope.fail(cfg.dv() == cfg.head_dim ? std::string(kLiveBytesRule)
+                                            : "reported live bytes differ from tokens * n_kv_heads * (head_dim + "
+                                              "head_dim_v) * sizeof(dtype): a K row of head_dim dims and a V row of "
+                                              "head_dim_v (" + std::to_string(cfg.head_dim) + " + " +
+                                                  std::to_string(cfg.dv()) + ")",
+                   mm);
     }
     if (m.capacity_bytes > bound) {
         mm.what = "capacity_bytes";

@@ -16,7 +16,9 @@ std::string storage_error_clause(uint32_t cache_dtype, uint32_t rope, const Mism
                " (CACHE-CONTENT checks it)";
     return std::string("; the rows read back differ from the appended values ") +
            (dtype_is_quantized(cache_dtype) ? "quantized to " : "rounded to ") + dtype_name(cache_dtype) +
-           " (first: " + first.describe() + "): a storage error, not arithmetic (CACHE-CONTENT checks it)";
+           " (first: " + first.describe() + "): a storage error, not arithmetic" +
+           (first.consistent_with.empty() ? std::string() : "; they are consistent with " + first.consistent_with) +
+           " (CACHE-CONTENT checks it)";
 }
 
 std::string Mismatch::describe() const {

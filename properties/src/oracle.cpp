@@ -14,11 +14,20 @@ namespace {
 
 ref::Rope as_rope(uint32_t r) { return static_cast<ref::Rope>(r); }
 
-// The element paired with y by the rotation (NeoX: y +- d/2; GPT-J: y ^ 1) and the pair's frequency index.
+// The element paired with y by the rotation (NeoX: y +- d/2; GPT-J: y ^ 1) and the pair's frequency index, for y
+// inside the rotated dims of a head of d dims.
 uint32_t rope_partner(uint32_t rope, uint32_t d, uint32_t y) {
     return rope == KVC_ROPE_NEOX ? (y < d / 2 ? y + d / 2 : y - d / 2) : (y ^ 1u);
 }
 uint32_t rope_pair(uint32_t rope, uint32_t d, uint32_t y) { return rope == KVC_ROPE_NEOX ? y % (d / 2) : y / 2; }
+
+// The same for head dim y of a case (y < head_dim, in_rope(y)): the rotated dims form a head of their own of
+// rope_len() dims starting at rope_begin().
+uint32_t head_partner(const CaseConfig& cfg, uint32_t y) {
+    const uint32_t b = cfg.rope_begin();
+    return b + rope_partner(cfg.rope, cfg.rope_len(), y - b);
+}
+uint32_t head_pair(const CaseConfig& cfg, uint32_t y) { return rope_pair(cfg.rope, cfg.rope_len(), y - cfg.rope_begin()); }
 
 } // namespace
 
@@ -36,9 +45,11 @@ namespace {
 struct PairError {
     double m, f32_rotation;
 };
+// An element outside the RoPE range is stored as given: no rotation error.
 PairError pair_error(const CaseConfig& cfg, const float* k_in, uint32_t pos, uint32_t element) {
     const uint32_t d = cfg.head_dim, e = element % d, base = element - e;
-    const double m = std::fabs(k_in[base + e]) + std::fabs(k_in[base + rope_partner(cfg.rope, d, e)]);
+    if (!cfg.in_rope(e)) return {std::fabs(k_in[element]), 0.0};
+    const double m = std::fabs(k_in[base + e]) + std::fabs(k_in[base + head_partner(cfg, e)]);
     return {m, 16.0 * 0x1p-24 * m * (2.0 + pos)};
 }
 
@@ -53,7 +64,7 @@ double stored_key_bound(const CaseConfig& cfg, const float* k_in, uint32_t pos, 
 
 bool stored_key_acceptable(const CaseConfig& cfg, uint32_t rope_stage, const float* k_in, uint32_t pos,
                            uint32_t element, float rotated, float got) {
-    if (!std::isfinite(got)) return false;
+    if (!std::isfinite(got) || !cfg.in_rope(element % cfg.head_dim)) return false; // unrotated dims: bitwise
     const bool f32_rotation =
         rope_stage == KVC_ROUND_F32 || (rope_stage == KVC_ROUND_CACHE && cfg.cache_dtype == KVC_DTYPE_F32);
     if (!f32_rotation) {
@@ -88,7 +99,8 @@ void expected_rotated_key(const CaseConfig& cfg, const float* k_in, uint32_t pos
     std::vector<long double> row(d);
     for (uint32_t h = 0; h < cfg.n_kv_heads; ++h) {
         for (uint32_t x = 0; x < d; ++x) row[x] = k_in[h * d + x];
-        ref::apply_rope(row.data(), static_cast<int>(d), pos, as_rope(cfg.rope), cfg.rope_theta);
+        ref::apply_rope_range(row.data(), static_cast<int>(cfg.rope_begin()), static_cast<int>(cfg.rope_len()), pos,
+                              as_rope(cfg.rope), cfg.rope_theta);
         for (uint32_t x = 0; x < d; ++x) out[h * d + x] = static_cast<float>(row[x]);
     }
 }
@@ -96,14 +108,14 @@ void expected_rotated_key(const CaseConfig& cfg, const float* k_in, uint32_t pos
 Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, const std::vector<float>& k,
                         const std::vector<float>& v, uint32_t T, HeadMap map, uint32_t oracle_rotated_keys,
                         uint32_t layer) {
-    const uint32_t d = cfg.head_dim, Hq = cfg.n_q_heads, Hkv = cfg.n_kv_heads;
-    const size_t ld = static_cast<size_t>(Hkv) * d;
+    const uint32_t d = cfg.head_dim, dv = cfg.dv(), Hq = cfg.n_q_heads, Hkv = cfg.n_kv_heads, dr = cfg.rope_len();
+    const size_t ld = static_cast<size_t>(Hkv) * d, ldv = static_cast<size_t>(Hkv) * dv;
     const uint32_t before = T - n_new;
     const long double scale = cfg.scale();
     const bool rope = cfg.rope != KVC_ROPE_NONE;
     Expected e;
     e.n_new = n_new;
-    const size_t n_out = static_cast<size_t>(n_new) * Hq * d;
+    const size_t n_out = static_cast<size_t>(n_new) * Hq * dv;
     e.oracle.assign(n_out, 0.0L);
     for (auto* s : {&e.s_qk, &e.s_rope, &e.s_angle, &e.s_score, &e.s_diff, &e.s_abs, &e.s_part}) s->assign(n_out, 0.0);
     e.v_scale.assign(static_cast<size_t>(n_new) * Hq, 0.f);
@@ -116,18 +128,18 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
     for (uint32_t h = 0; h < Hq; ++h) {
         const uint32_t g = map == HeadMap::Repeat ? h / cfg.group() : h % Hkv;
         // the KV head's history: [T x d] in long double (exact widening of the attended values)
-        ref::Mat<long double> K(T, d), V(T, d);
-        for (uint32_t t = 0; t < T; ++t)
-            for (uint32_t x = 0; x < d; ++x) {
-                K(t, x) = k[t * ld + g * d + x];
-                V(t, x) = v[t * ld + g * d + x];
-            }
+        ref::Mat<long double> K(T, d), V(T, dv);
+        for (uint32_t t = 0; t < T; ++t) {
+            for (uint32_t x = 0; x < d; ++x) K(t, x) = k[t * ld + g * d + x];
+            for (uint32_t x = 0; x < dv; ++x) V(t, x) = v[t * ldv + g * dv + x];
+        }
         // queries of this head, rotated by their positions: [n_new x d]
         ref::Mat<long double> Q(n_new, d);
         for (uint32_t i = 0; i < n_new; ++i) {
             const float* qi = q + (static_cast<size_t>(i) * Hq + h) * d;
             std::vector<long double> row(qi, qi + d);
-            ref::apply_rope(row.data(), static_cast<int>(d), before + i, as_rope(cfg.rope), cfg.rope_theta);
+            ref::apply_rope_range(row.data(), static_cast<int>(cfg.rope_begin()), static_cast<int>(dr), before + i,
+                                  as_rope(cfg.rope), cfg.rope_theta);
             for (uint32_t x = 0; x < d; ++x) Q(i, x) = row[x];
         }
         const auto r = ref::attend_head<long double>(Q, K, V, scale, vis);
@@ -138,8 +150,9 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
             const uint32_t n = before + i + 1, pos = before + i;
             for (uint32_t y = 0; y < d; ++y) {
                 qa[y] = std::fabs(static_cast<double>(Q(i, y)));
-                qpair[y] = rope ? std::fabs(qi[y]) + std::fabs(qi[rope_partner(cfg.rope, d, y)]) : 0.0;
-                qangle[y] = rope ? qpair[y] * rope_angle_error(pos, rope_pair(cfg.rope, d, y), d, cfg.rope_theta) : 0.0;
+                const bool rotated = rope && cfg.in_rope(y);
+                qpair[y] = rotated ? std::fabs(qi[y]) + std::fabs(qi[head_partner(cfg, y)]) : 0.0;
+                qangle[y] = rotated ? qpair[y] * rope_angle_error(pos, head_pair(cfg, y), dr, cfg.rope_theta) : 0.0;
             }
             double smax = -INFINITY, sabs = 0;
             for (uint32_t j = 0; j < n; ++j) {
@@ -152,9 +165,9 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
                     tq += qa[y] * std::fabs(kj);
                     tr += qpair[y] * std::fabs(kj);
                     ta += qangle[y] * std::fabs(kj);
-                    if (oracle_key) // the implementation rotated this key in f32 itself: |k_a|+|k_b| <= sqrt2 (...)
-                        ta += qa[y] * rope_angle_error(j, rope_pair(cfg.rope, d, y), d, cfg.rope_theta) * 1.4142136 *
-                              (std::fabs(kj) + std::fabs(k[j * ld + g * d + rope_partner(cfg.rope, d, y)]));
+                    if (oracle_key && cfg.in_rope(y)) // rotated in f32 by the implementation: |k_a|+|k_b| <= sqrt2 (...)
+                        ta += qa[y] * rope_angle_error(j, head_pair(cfg, y), dr, cfg.rope_theta) * 1.4142136 *
+                              (std::fabs(kj) + std::fabs(k[j * ld + g * d + head_partner(cfg, y)]));
                 }
                 s[j] = static_cast<double>(scale) * dot;
                 Tqk[j] = static_cast<double>(scale) * tq;
@@ -166,15 +179,15 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
             double sum = 0;
             for (uint32_t j = 0; j < n; ++j) sum += (w[j] = vis.sees(pos, j) ? std::exp(s[j] - smax) : 0.0);
             for (uint32_t j = 0; j < n; ++j) w[j] /= sum;
-            const size_t o = (static_cast<size_t>(i) * Hq + h) * d;
+            const size_t o = (static_cast<size_t>(i) * Hq + h) * dv;
             float vs = 1e-30f;
-            for (uint32_t x = 0; x < d; ++x) {
+            for (uint32_t x = 0; x < dv; ++x) {
                 const long double out = r.out(i, x);
                 e.oracle[o + x] = out;
                 double qk = 0, rp = 0, an = 0, sc = 0, df = 0, ab = 0, prefix = 0, part = 0;
                 for (uint32_t j = 0; j < n; ++j) {
                     if (!vis.sees(pos, j)) continue;
-                    const double vj = v[j * ld + g * d + x];
+                    const double vj = v[j * ldv + g * dv + x];
                     const double D = w[j] * std::fabs(vj - static_cast<double>(out));
                     qk += D * Tqk[j];
                     rp += D * Trope[j];

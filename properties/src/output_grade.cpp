@@ -18,13 +18,15 @@ Expected expected_with_unrounded_new_rows(const CacheModel& model, const CacheMo
                                           const GradedRows& rows) {
     const CaseConfig& cfg = model.config();
     const size_t row = static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim;
+    const size_t vrow = static_cast<size_t>(cfg.n_kv_heads) * cfg.dv();
     const uint32_t n_unrounded = rows.history - rows.call_begin;
     std::vector<float> k(s.k_eff.begin(), s.k_eff.begin() + static_cast<std::ptrdiff_t>(rows.history * row));
-    std::vector<float> v(s.v_eff.begin(), s.v_eff.begin() + static_cast<std::ptrdiff_t>(rows.history * row));
+    std::vector<float> v(s.v_eff.begin(), s.v_eff.begin() + static_cast<std::ptrdiff_t>(rows.history * vrow));
     const size_t first = static_cast<size_t>(rows.call_begin) * row;
     for (uint32_t i = 0; i < n_unrounded; ++i)
         expected_rotated_key(cfg, rows.call_k + i * row, rows.call_begin + i, k.data() + first + i * row);
-    std::copy(rows.call_v, rows.call_v + n_unrounded * row, v.begin() + static_cast<std::ptrdiff_t>(first));
+    std::copy(rows.call_v, rows.call_v + n_unrounded * vrow,
+              v.begin() + static_cast<std::ptrdiff_t>(rows.call_begin * vrow));
     return expect_outputs(cfg, rows.q, rows.n_rows, k, v, rows.history, HeadMap::Repeat, n_unrounded, layer);
 }
 

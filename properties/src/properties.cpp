@@ -83,9 +83,9 @@ Outcome no_q(const Target& t, const Case& c) {
             m.op = std::get<0>(key);
             m.layer = static_cast<int>(std::get<1>(key));
             m.seq = static_cast<int>(std::get<2>(key));
-            const size_t qrow = static_cast<size_t>(c.cfg.n_q_heads) * c.cfg.head_dim;
-            m.head = static_cast<int>(i % qrow / c.cfg.head_dim);
-            m.dim = static_cast<int>(i % c.cfg.head_dim);
+            const size_t orow = static_cast<size_t>(c.cfg.n_q_heads) * c.cfg.dv();
+            m.head = static_cast<int>(i % orow / c.cfg.dv());
+            m.dim = static_cast<int>(i % c.cfg.dv());
             m.expected = out[i];
             m.actual = other[i];
             throw Violation("NO-Q",

@@ -75,6 +75,9 @@ rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, in
         // windows, sinks and eviction likewise: drawn only where declared, so that nothing else changes
         allow.features |= limits->features & (KVC_FEATURE_WINDOW | KVC_FEATURE_SINKS | KVC_FEATURE_EVICT);
         allow.max_window = limits->max_window;
+        // latent (head_dim_v) and partial-rotary shapes likewise (generators.cpp draws them last)
+        allow.features |= limits->features & (KVC_FEATURE_HEAD_DIM_V | KVC_FEATURE_ROPE_RANGE);
+        allow.max_head_dim_v = limits->max_head_dim_v;
         allow.max_sinks = limits->max_sinks;
         allow.fixed_rope_theta = limits->fixed_rope_theta; // what it hard-codes: every case is drawn with it
         allow.fixed_scale = limits->fixed_scale;

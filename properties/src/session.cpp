@@ -82,7 +82,7 @@ private:
     void record(const Pending& p, uint32_t layer, const std::vector<float>& out) {
         result_.outputs[{scope_.op, layer, p.seq}] = out;
         if (p.n_new == 0) return;
-        std::vector<uint8_t> k(model_.kv_bytes(p.n_new)), v(model_.kv_bytes(p.n_new));
+        std::vector<uint8_t> k(model_.kv_bytes(p.n_new)), v(model_.v_bytes(p.n_new));
         std::vector<uint8_t> ks(model_.scale_bytes(p.n_new)), vs(model_.scale_bytes(p.n_new));
         // an evicting cache may already have dropped some of the new rows (a chunk longer than its window): those
         // are judged by the outputs that used them, and stand in here as the rows they had to be
@@ -117,29 +117,30 @@ private:
                    std::vector<uint8_t>& vs) {
         const uint32_t end = pos + n;
         const uint32_t a = std::clamp(gone.begin, pos, end), b = std::clamp(gone.end, a, end);
-        read_into(seq, layer, pos, a - pos, k, v, ks, vs, 0, 0);
+        read_into(seq, layer, pos, a - pos, k, v, ks, vs, 0);
         const auto kv = [&](uint32_t r) { return static_cast<std::ptrdiff_t>(model_.kv_bytes(r)); };
+        const auto vb = [&](uint32_t r) { return static_cast<std::ptrdiff_t>(model_.v_bytes(r)); };
         const auto sc = [&](uint32_t r) { return static_cast<std::ptrdiff_t>(model_.scale_bytes(r)); };
         if (b > a) {
             std::copy(fill.k->begin() + kv(a - pos), fill.k->begin() + kv(b - pos), k.begin() + kv(a - pos));
-            std::copy(fill.v->begin() + kv(a - pos), fill.v->begin() + kv(b - pos), v.begin() + kv(a - pos));
+            std::copy(fill.v->begin() + vb(a - pos), fill.v->begin() + vb(b - pos), v.begin() + vb(a - pos));
             if (model_.quantized()) {
                 std::copy(fill.ks->begin() + sc(a - pos), fill.ks->begin() + sc(b - pos), ks.begin() + sc(a - pos));
                 std::copy(fill.vs->begin() + sc(a - pos), fill.vs->begin() + sc(b - pos), vs.begin() + sc(a - pos));
             }
         }
-        read_into(seq, layer, b, end - b, k, v, ks, vs, model_.kv_bytes(b - pos), model_.scale_bytes(b - pos));
+        read_into(seq, layer, b, end - b, k, v, ks, vs, b - pos);
     }
 
-    // Rows pos .. pos+n-1 into k, v (and ks, vs) at byte offsets at, at_scales.
+    // Rows pos .. pos+n-1 into k, v (and ks, vs) from their row at_row on.
     void read_into(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, std::vector<uint8_t>& k,
-                   std::vector<uint8_t>& v, std::vector<uint8_t>& ks, std::vector<uint8_t>& vs, size_t at,
-                   size_t at_scales) {
+                   std::vector<uint8_t>& v, std::vector<uint8_t>& ks, std::vector<uint8_t>& vs, uint32_t at_row) {
         if (n == 0) return;
-        std::vector<uint8_t> rk(model_.kv_bytes(n)), rv(model_.kv_bytes(n));
+        std::vector<uint8_t> rk(model_.kv_bytes(n)), rv(model_.v_bytes(n));
         driver_.read_kv(seq, layer, pos, n, rk, rv);
-        std::copy(rk.begin(), rk.end(), k.begin() + static_cast<std::ptrdiff_t>(at));
-        std::copy(rv.begin(), rv.end(), v.begin() + static_cast<std::ptrdiff_t>(at));
+        std::copy(rk.begin(), rk.end(), k.begin() + static_cast<std::ptrdiff_t>(model_.kv_bytes(at_row)));
+        std::copy(rv.begin(), rv.end(), v.begin() + static_cast<std::ptrdiff_t>(model_.v_bytes(at_row)));
+        const size_t at_scales = model_.scale_bytes(at_row);
         if (!model_.quantized()) return;
         std::vector<uint8_t> rks(model_.scale_bytes(n)), rvs(model_.scale_bytes(n));
         driver_.read_kv_scales(seq, layer, pos, n, rks, rvs);
@@ -151,7 +152,7 @@ private:
     // of them. Empty ranges are readable.
     bool readable(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t end, uint32_t len) {
         if (pos >= end || end > len) return pos >= end;
-        std::vector<uint8_t> k(model_.kv_bytes(end - pos)), v(model_.kv_bytes(end - pos));
+        std::vector<uint8_t> k(model_.kv_bytes(end - pos)), v(model_.v_bytes(end - pos));
         try {
             driver_.read_kv(seq, layer, pos, end - pos, k, v);
             return true;
@@ -226,10 +227,11 @@ private:
         const uint64_t cost = static_cast<uint64_t>(p.n_new) * history * cfg_.n_q_heads * cfg_.head_dim;
         if (cost <= kFullGradeCost) return grade(p.seq, layer, all);
         const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * cfg_.head_dim;
+        const size_t orow = static_cast<size_t>(cfg_.n_q_heads) * cfg_.dv();
         for (uint32_t i : sampled_rows(p, layer)) {
             GradedRows one = all;
             one.q = all.q + i * qrow;
-            one.out = all.out + i * qrow;
+            one.out = all.out + i * orow;
             one.n_rows = 1;
             one.history = p.before + i + 1;
             grade(p.seq, layer, one);
@@ -262,7 +264,7 @@ private:
             pipeline_, rows.q, static_cast<size_t>(rows.n_rows) * cfg_.n_q_heads * cfg_.head_dim);
         const Expected e =
             expect_outputs(cfg_, q.data(), rows.n_rows, s.k_raw, s.v_raw, rows.history, HeadMap::Repeat, 0, layer);
-        const uint32_t d = cfg_.head_dim;
+        const uint32_t d = cfg_.dv();
         for (size_t o = 0; o < e.oracle.size(); ++o) {
             const double err = std::fabs(static_cast<double>(rows.out[o]) - static_cast<double>(e.oracle[o])) /
                                e.v_scale[o / d];
@@ -311,6 +313,7 @@ private:
     std::string window_diagnosis(uint32_t layer, const GradedRows& rows, const CacheModel::Stream& s) const {
         const uint32_t W = cfg_.window(layer), S = cfg_.n_sinks;
         const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * cfg_.head_dim;
+        const size_t orow = static_cast<size_t>(cfg_.n_q_heads) * cfg_.dv();
         const auto row_matches = [&](uint32_t i, uint32_t w, uint32_t sinks) {
             CaseConfig alt = cfg_;
             alt.windows[layer] = w;
@@ -318,7 +321,7 @@ private:
             const uint32_t history = rows.history - rows.n_rows + i + 1;
             const Expected e = expect_outputs(alt, rows.q + i * qrow, 1, s.k_eff, s.v_eff, history, HeadMap::Repeat,
                                               0, layer);
-            return grade_outputs(cfg_, pipeline_, rows.out + i * qrow, e).pass;
+            return grade_outputs(cfg_, pipeline_, rows.out + i * orow, e).pass;
         };
         for (uint32_t i = 0; i < rows.n_rows; ++i) {
             if (row_matches(i, W, S)) continue;
@@ -405,7 +408,7 @@ private:
     void compare_rows(uint32_t seq, uint32_t layer, const std::string& reason) {
         const uint32_t len = model_.length(seq, layer);
         if (len == 0) return;
-        std::vector<uint8_t> k(model_.kv_bytes(len)), v(model_.kv_bytes(len));
+        std::vector<uint8_t> k(model_.kv_bytes(len)), v(model_.v_bytes(len));
         std::vector<uint8_t> ks(model_.scale_bytes(len)), vs(model_.scale_bytes(len));
         // an evicting cache's dropped rows stand in as recorded; only the rows it still holds are compared
         const Dropped gone = dropped_rows(seq, layer, len);

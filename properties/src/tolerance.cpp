@@ -239,7 +239,7 @@ struct Scan {
 
 Scan scan(const CaseConfig& cfg, const Pipeline& p, const float* actual, const Expected& e) {
     Scan r;
-    const uint32_t d = cfg.head_dim, Hq = cfg.n_q_heads;
+    const uint32_t d = cfg.dv(), Hq = cfg.n_q_heads; // output rows have head_dim_v dims
     const double floor = tolerance_floor(p, cfg.cache_dtype);
     for (uint32_t i = 0; i < e.n_new; ++i)
         for (uint32_t h = 0; h < Hq; ++h) {
@@ -289,7 +289,7 @@ std::vector<std::pair<Pipeline, std::string>> candidates(uint32_t cache_dtype) {
 } // namespace
 
 std::vector<double> allowed_errors(const CaseConfig& cfg, const Pipeline& p, const Expected& e) {
-    const uint32_t d = cfg.head_dim, Hq = cfg.n_q_heads;
+    const uint32_t d = cfg.dv(), Hq = cfg.n_q_heads; // output rows have head_dim_v dims
     const double floor = tolerance_floor(p, cfg.cache_dtype);
     std::vector<double> a(e.oracle.size());
     for (uint32_t i = 0; i < e.n_new; ++i)

@@ -63,6 +63,10 @@ const std::vector<Word>& feature_words() {
         {KVC_FEATURE_WINDOW, "window", "a sliding window per layer: a query sees only the last W keys (and the sinks)"},
         {KVC_FEATURE_SINKS, "sinks", "attention sinks: the first S tokens stay visible in windowed layers"},
         {KVC_FEATURE_EVICT, "evict", "rows no later query can see are dropped and their memory freed or reused"},
+        {KVC_FEATURE_HEAD_DIM_V, "head_dim_v",
+         "V and output rows of their own size (config.head_dim_v, up to max_head_dim_v): latent attention (MLA)"},
+        {KVC_FEATURE_ROPE_RANGE, "rope_range",
+         "RoPE on a range of the head dims (rope_dim_begin, rope_dims): partial rotary, MLA's RoPE part"},
         {KVC_FEATURE_FORK_SHARES, "fork_shares",
          "fork shares every full block (counted once); only the partly filled last block of a stream is copied"},
     };
@@ -135,7 +139,9 @@ std::string fixed_line(const nlohmann::json& fixed, const std::string& indent, c
 
 } // namespace
 
-nlohmann::json caps_to_json(const kvc_caps& caps) {
+namespace {
+
+nlohmann::json caps_json(const kvc_caps& caps) {
     std::vector<std::string> ropes = {"none"}; // implied
     for (const std::string& r : bits_to_words(rope_words(), caps.rope_variants, false))
         if (r != "none") ropes.push_back(r);
@@ -164,6 +170,15 @@ nlohmann::json caps_to_json(const kvc_caps& caps) {
              {{"rope_theta", caps.fixed_rope_theta > 0 ? nlohmann::json(caps.fixed_rope_theta) : nullptr},
               {"softmax_scale",
                caps.fixed_scale == KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM ? nlohmann::json("1/sqrt(head_dim)") : nullptr}}}};
+}
+
+} // namespace
+
+nlohmann::json caps_to_json(const kvc_caps& caps) {
+    nlohmann::json j = caps_json(caps);
+    // only where declared: every other implementation's caps read as they always did
+    if (caps.features & KVC_FEATURE_HEAD_DIM_V) j["limits"]["max_head_dim_v"] = limit(caps.max_head_dim_v);
+    return j;
 }
 
 

@@ -181,7 +181,8 @@ public:
     void release(uint32_t seq);                 // the sequence holds no row
 
     uint64_t row_bytes() const; // K and V of one token in one layer: 2 * n_kv_heads * head_row_bytes
-    size_t kv_bytes(uint32_t rows) const; // K (or V) of `rows` tokens of one (seq, layer), as read_kv returns them
+    size_t kv_bytes(uint32_t rows) const; // K of `rows` tokens of one (seq, layer), as read_kv returns them
+    size_t v_bytes(uint32_t rows) const;  // their V (head_dim_v dims a head)
     size_t scale_bytes(uint32_t rows) const; // their scales as read_kv_scales returns them (0: not quantized)
     bool quantized() const { return quantized_; }
     uint64_t live_bytes() const;
@@ -207,8 +208,8 @@ private:
                                             std::string* why);
 
     CaseConfig cfg_;
-    uint32_t head_dim_;
-    size_t row_elems_, elem_bytes_;
+    uint32_t head_dim_, head_dim_v_;
+    size_t row_elems_, v_row_elems_, elem_bytes_; // K and V rows of one token: n_kv_heads * head_dim (head_dim_v)
     std::vector<std::vector<Stream>> streams_; // [seq][layer]
     bool quantized_;
     size_t head_scale_bytes_; // scale bytes of one head row (0: not quantized)
@@ -217,5 +218,8 @@ private:
 
 // Live bytes of the formula for the given lengths [seq][layer].
 uint64_t live_bytes(const CaseConfig& cfg, const std::vector<std::vector<uint32_t>>& lengths);
+// A token's K and V rows in one layer: n_kv_heads * (a K head row of head_dim + a V head row of head_dim_v), each
+// with its scale bytes (head_row_bytes).
+uint64_t token_bytes(const CaseConfig& cfg);
 
 } // namespace kvc::prop

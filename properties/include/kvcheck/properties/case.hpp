@@ -46,7 +46,16 @@ struct CaseConfig {
     // scores very negative (exp(s) underflows) and some all very positive (exp(s) overflows): only a softmax that
     // subtracts its running maximum keeps such rows finite. Not in the ABI config.
     float score_scale = 0.0f;
+    // ABI 1.2 latent and partial-rotary shapes (docs/windowed-caches.md): the dims of a V row and of an output row
+    // (0 = head_dim), and RoPE on dims [rope_dim_begin, rope_dim_begin + rope_dims) of q and k only (rope_dims 0 =
+    // the whole head). Drawn only for a non-quantized dtype.
+    uint32_t head_dim_v = 0;
+    uint32_t rope_dim_begin = 0, rope_dims = 0;
 
+    uint32_t dv() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
+    uint32_t rope_begin() const { return rope_dims != 0 ? rope_dim_begin : 0u; }
+    uint32_t rope_len() const { return rope_dims != 0 ? rope_dims : head_dim; } // the dims RoPE treats as a head
+    bool in_rope(uint32_t x) const { return x >= rope_begin() && x < rope_begin() + rope_len(); } // x < head_dim
     uint32_t window(uint32_t layer) const { return windows.empty() ? 0u : windows.at(layer); }
     bool windowed() const; // some layer has a window
     // The first position a later query of `layer` can see besides the sinks, once (seq, layer) holds `len` rows:

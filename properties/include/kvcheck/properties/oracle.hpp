@@ -27,14 +27,15 @@ enum class HeadMap { Repeat, Tile };
 // their merges, online softmax with rescaling) is at most 2 * s_part in the normalized view.
 struct Expected {
     uint32_t n_new = 0;
-    std::vector<long double> oracle; // [n_new][Hq*d]
+    std::vector<long double> oracle; // [n_new][Hq*dv] (dv = CaseConfig::dv(), V's head dim)
     std::vector<float> v_scale;      // [n_new][Hq]    max |v| over the rows query (i, h) sees (>= 1e-30)
     std::vector<uint32_t> visible;   // [n_new]        rows query i sees (its window and the sinks, when windowed)
     std::vector<double> s_qk, s_rope, s_angle, s_score, s_diff, s_abs, s_part; // [n_new][Hq*d]
 };
 
 //   q:    [n_new][Hq*d]  the queries as the harness passed them (unrotated when the case uses RoPE)
-//   k, v: [T][Hkv*d]     the rows attended, widened to float (rotated keys), T >= n_new; the new rows are the last
+//   k, v: [T][Hkv*d], [T][Hkv*dv]  the rows attended, widened to float (keys rotated on the case's RoPE range),
+//                        T >= n_new; the new rows are the last
 //   oracle_rotated_keys: how many of the last rows hold keys rotated by the oracle (long double) rather than read
 //   back from the implementation (new rows attended unrounded): their f32-rotation error enters s_angle.
 //   layer: the layer the rows belong to, whose window (CaseConfig::window) and the case's sinks decide which rows
