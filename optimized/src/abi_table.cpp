@@ -16,6 +16,7 @@ struct CpuOps {
     static constexpr uint32_t kMaxHeadDim = kvc::opt::kMaxHeadDim;
     static constexpr bool kQuantized = true;
     static constexpr bool kWindows = true; // sliding windows per layer, sinks and eviction
+    static constexpr bool kLatent = true; // head_dim_v != head_dim (up to max_head_dim) and RoPE on a range of dims
     static constexpr bool kForkShares = true; // fork retains every block, the partial last one too (copy on write)
     static constexpr const char* kCreateFailed = "create: allocation failed";
 

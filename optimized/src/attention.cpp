@@ -28,6 +28,8 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
     n_streams_ = n_streams;
     group_ = shape.n_q_heads / shape.n_kv_heads;
     dq_ = padded_dim(shape.layout->head_dim);
+    dv_ = shape.v_layout ? shape.v_layout->head_dim : shape.layout->head_dim;
+    dvq_ = padded_dim(dv_);
     plans_.assign(n_streams, StreamPlan{});
     items_.clear();
 
@@ -48,8 +50,9 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
         p.segments = p.sink_segments + (all - p.window_segment);
         const uint64_t keys = std::min<uint64_t>(len, sink_end + (len - from));
         const size_t need = static_cast<size_t>(shape.n_kv_heads) * p.rows * p.segments;
-        p.spread = sc.n_new <= kDecodeMaxNew && (states + need) * (dq_ + 2) <= kSpreadMaxScratchFloats;
-        bytes_to_read += keys * shape.layout->row_bytes * 2 * shape.n_kv_heads *
+        p.spread = sc.n_new <= kDecodeMaxNew && (states + need) * (dvq_ + 2) <= kSpreadMaxScratchFloats;
+        const uint64_t v_row_bytes = shape.v_layout ? shape.v_layout->row_bytes : shape.layout->row_bytes;
+        bytes_to_read += keys * (shape.layout->row_bytes + v_row_bytes) * shape.n_kv_heads *
                          (p.spread ? 1 : ceil_div(p.rows, kTileRows));
         if (p.spread) {
             p.state_base = states;
@@ -57,7 +60,7 @@ void AttentionPlan::build(const AttentionShape& shape, const StreamCall* streams
         }
     }
     ml_.resize(states * 2);
-    o_.resize(states * dq_);
+    o_.resize(states * dvq_);
 
     threads_ = bytes_to_read < kParallelMinBytes ? 1 : shape.max_threads;
     // Spread items take groups of KV heads: as many as fit in one kernel call, halved while there would be fewer
@@ -147,8 +150,8 @@ void AttentionPlan::spread_item(const Item& it) {
     };
     for (uint32_t h = it.kv_head; h < it.kv_head + it.n_heads; ++h)
         for (uint32_t rho = 0; rho < p.rows; ++rho) { // every row's segment state starts empty
-            SoftmaxState seg{0.0f, 0.0f, o_.data() + state_index(h, rho) * dq_};
-            state_clear(seg, static_cast<int>(dq_));
+            SoftmaxState seg{0.0f, 0.0f, o_.data() + state_index(h, rho) * dvq_};
+            state_clear(seg, static_cast<int>(dvq_));
             ml_[2 * state_index(h, rho)] = seg.m;
             ml_[2 * state_index(h, rho) + 1] = seg.l;
         }
@@ -167,13 +170,14 @@ void AttentionPlan::spread_item(const Item& it) {
                 if (!tile_sees(tiles[0], k0, uint64_t{k0} + kSplitKeys)) continue; // an empty split for every row
                 for (uint32_t h = 0; h < nh; ++h)
                     for (uint32_t r = 0; r < n; ++r) split[h * kTileRows + r].o = split_o[h * n + r];
-                const SplitArgs args{shape_.layout, sc.table, h0, shape_.scale, shape_.k_scales, shape_.v_scales};
+                const SplitArgs args{shape_.layout, sc.table,        h0, shape_.scale, shape_.k_scales, shape_.v_scales,
+                                     shape_.v_layout};
                 shape_.kernel(args, nh, tiles, k0, split);
                 for (uint32_t h = 0; h < nh; ++h)
                     for (uint32_t r = 0; r < n; ++r) {
                         const size_t idx = state_index(h0 + h, first + r);
-                        SoftmaxState seg{ml_[2 * idx], ml_[2 * idx + 1], o_.data() + idx * dq_};
-                        state_merge(seg, split[h * kTileRows + r], static_cast<int>(dq_));
+                        SoftmaxState seg{ml_[2 * idx], ml_[2 * idx + 1], o_.data() + idx * dvq_};
+                        state_merge(seg, split[h * kTileRows + r], static_cast<int>(dvq_));
                         ml_[2 * idx] = seg.m;
                         ml_[2 * idx + 1] = seg.l;
                     }
@@ -187,15 +191,15 @@ void AttentionPlan::spread_item(const Item& it) {
 void AttentionPlan::fold_rows(uint32_t stream, uint32_t kv_head) {
     const StreamCall& sc = streams_[stream];
     const StreamPlan& p = plans_[stream];
-    const uint32_t d = shape_.layout->head_dim;
+    const uint32_t d = dv_;
     alignas(32) float acc_o[kMaxHeadDim];
     for (uint32_t rho = 0; rho < p.rows; ++rho) {
         SoftmaxState acc{0.0f, 0.0f, acc_o};
-        state_clear(acc, static_cast<int>(dq_));
+        state_clear(acc, static_cast<int>(dvq_));
         const size_t first = p.state_base + (static_cast<size_t>(kv_head) * p.rows + rho) * p.segments;
         for (uint32_t g = 0; g < p.segments; ++g) {
-            const SoftmaxState seg{ml_[2 * (first + g)], ml_[2 * (first + g) + 1], o_.data() + (first + g) * dq_};
-            state_merge(acc, seg, static_cast<int>(dq_));
+            const SoftmaxState seg{ml_[2 * (first + g)], ml_[2 * (first + g) + 1], o_.data() + (first + g) * dvq_};
+            state_merge(acc, seg, static_cast<int>(dvq_));
         }
         const uint32_t token = rho / group_, head = kv_head * group_ + rho % group_;
         state_normalize(acc, sc.out + (static_cast<size_t>(token) * shape_.n_q_heads + head) * d, static_cast<int>(d));
@@ -206,8 +210,9 @@ void AttentionPlan::fold_rows(uint32_t stream, uint32_t kv_head) {
 void AttentionPlan::tiled_item(const Item& it) {
     const StreamCall& sc = streams_[it.stream];
     const StreamPlan& p = plans_[it.stream];
-    const uint32_t d = shape_.layout->head_dim;
-    const SplitArgs args{shape_.layout, sc.table, it.kv_head, shape_.scale, shape_.k_scales, shape_.v_scales};
+    const uint32_t d = dv_;
+    const SplitArgs args{shape_.layout,   sc.table,        it.kv_head, shape_.scale, shape_.k_scales,
+                         shape_.v_scales, shape_.v_layout};
     const uint32_t first = it.index * kTileRows, n = std::min<uint32_t>(kTileRows, p.rows - first);
     const RowTile tile = tile_of(it.stream, it.kv_head, first, n);
 
@@ -217,22 +222,22 @@ void AttentionPlan::tiled_item(const Item& it) {
         split[r].o = split_o[r];
         seg[r].o = seg_o[r];
         acc[r].o = acc_o[r];
-        state_clear(acc[r], static_cast<int>(dq_));
+        state_clear(acc[r], static_cast<int>(dvq_));
     }
     const uint32_t max_limit = tile.limit[n - 1];
     // Segments and splits no row of the tile sees are skipped: their states would be empty, and merging an empty
     // state changes nothing, so the bits are those of the full fold.
     for (uint32_t g = 0; g * kSegmentKeys < max_limit; ++g) {
         if (!tile_sees(tile, g * kSegmentKeys, uint64_t{g} * kSegmentKeys + kSegmentKeys)) continue;
-        for (uint32_t r = 0; r < n; ++r) state_clear(seg[r], static_cast<int>(dq_));
+        for (uint32_t r = 0; r < n; ++r) state_clear(seg[r], static_cast<int>(dvq_));
         for (uint32_t sp = 0; sp < kSegmentSplits; ++sp) {
             const uint32_t k0 = g * kSegmentKeys + sp * kSplitKeys;
             if (k0 >= max_limit) break;
             if (!tile_sees(tile, k0, uint64_t{k0} + kSplitKeys)) continue;
             shape_.kernel(args, 1, &tile, k0, split);
-            for (uint32_t r = 0; r < n; ++r) state_merge(seg[r], split[r], static_cast<int>(dq_));
+            for (uint32_t r = 0; r < n; ++r) state_merge(seg[r], split[r], static_cast<int>(dvq_));
         }
-        for (uint32_t r = 0; r < n; ++r) state_merge(acc[r], seg[r], static_cast<int>(dq_));
+        for (uint32_t r = 0; r < n; ++r) state_merge(acc[r], seg[r], static_cast<int>(dvq_));
     }
     for (uint32_t r = 0; r < n; ++r) {
         const uint32_t rho = first + r, token = rho / group_, head = it.kv_head * group_ + rho % group_;

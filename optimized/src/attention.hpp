@@ -33,11 +33,12 @@ struct StreamCall {
     uint32_t len_before = 0;         // tokens cached before this call
     uint32_t n_new = 0;              // new tokens (> 0)
     const float* q = nullptr;        // [n_new][n_q_heads][padded_dim]: rotated queries, zero padding
-    float* out = nullptr;            // [n_new][n_q_heads][head_dim]
+    float* out = nullptr;            // [n_new][n_q_heads][head_dim_v]
 };
 
 struct AttentionShape {
-    const kvc_kv_layout* layout = nullptr;
+    const kvc_kv_layout* layout = nullptr;   // K rows (and V rows when v_layout is null)
+    const kvc_kv_layout* v_layout = nullptr; // V rows of head_dim_v != head_dim (SplitArgs::v_layout)
     uint32_t n_q_heads = 0;
     uint32_t n_kv_heads = 0;
     float scale = 1.0f;
@@ -91,7 +92,9 @@ private:
     const StreamCall* streams_ = nullptr;
     size_t n_streams_ = 0;
     uint32_t group_ = 1;
-    uint32_t dq_ = 0;
+    uint32_t dq_ = 0;  // q rows: head_dim padded
+    uint32_t dv_ = 0;  // V rows and outputs: head_dim_v
+    uint32_t dvq_ = 0; // states' o: head_dim_v padded
     std::vector<StreamPlan> plans_;
     std::vector<Item> items_;
     // [fold group]: spread items of each (stream, group of KV heads) still running, set by build() to the stream's
@@ -99,7 +102,7 @@ private:
     // every other item's scratch writes before the fold), then sets the count back for the next run().
     std::unique_ptr<std::atomic<uint32_t>[]> pending_;
     std::vector<float> ml_;       // spread scratch: m, l of each state
-    std::vector<float> o_;        // spread scratch: o of each state, padded_dim floats
+    std::vector<float> o_;        // spread scratch: o of each state, dvq_ floats
     unsigned threads_ = 1;
 };
 

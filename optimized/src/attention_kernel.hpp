@@ -22,7 +22,11 @@ constexpr uint32_t kSplitKeys = 256;     // keys per split: a split's scores fit
 constexpr uint32_t kSegmentSplits = 4;   // splits per segment (the unit of work when a decode is spread out)
 constexpr uint32_t kSegmentKeys = kSplitKeys * kSegmentSplits;
 constexpr int kTileRows = 8;             // rows per kernel call: 8 accumulators fill the AVX2 register file
-constexpr uint32_t kMaxHeadDim = 256;
+// The widest K or V row the engine takes (multi-head latent attention: K rows of 576 dims). The x86 kernels keep
+// q blocks and V scratch of kSimdMaxHeadDim floats on their stacks and serve d_k == d_v <= kSimdMaxHeadDim; the
+// portable kernel serves every shape (split_kernel_for).
+constexpr uint32_t kMaxHeadDim = 576;
+constexpr uint32_t kSimdMaxHeadDim = 256;
 
 // head_dim rounded up to the SIMD width: q rows and state outputs are this long, zero-padded.
 inline uint32_t padded_dim(uint32_t head_dim) { return (head_dim + 7u) & ~7u; }
@@ -36,7 +40,7 @@ struct RowTile {
 };
 
 struct SplitArgs {
-    const kvc_kv_layout* layout; // geometry and block bases
+    const kvc_kv_layout* layout; // geometry and block bases (of K; of V too when v_layout is null)
     const uint32_t* table;       // the stream's block table
     uint32_t kv_head;
     float scale;                 // softmax scale applied to q.k
@@ -44,6 +48,9 @@ struct SplitArgs {
     // other dtypes. int8 and q8_0 rows carry their own scales (kv_layout.h).
     const float* k_scales = nullptr;
     const float* v_scales = nullptr;
+    // V rows of head_dim_v != head_dim: V's geometry (kvc_kv_layout_v, engine_impl.hpp), read by the portable
+    // kernel only; null: V rows are shaped like K rows
+    const kvc_kv_layout* v_layout = nullptr;
 };
 
 // Rows of one kernel call over all its heads: the scores of a split stay in a stack buffer of this many rows.

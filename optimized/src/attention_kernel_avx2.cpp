@@ -49,7 +49,7 @@ KVC_TARGET_AVX2 bool group_query_pairs() { return false; }
 // rows 0-3 in 4 x 3 blocks (with the prefetches), then rows 4 .. R-1 over the same keys, now in L1 (KJ so that
 // accumulators and K chunks fit the 16 registers).
 template <uint32_t DT, int R>
-KVC_TARGET_AVX2 void group_scores(const float (*qs)[kMaxHeadDim], bool /*pairs*/, const uint8_t* kp, uint32_t run,
+KVC_TARGET_AVX2 void group_scores(const float (*qs)[kSimdMaxHeadDim], bool /*pairs*/, const uint8_t* kp, uint32_t run,
                                   uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
                                   float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");

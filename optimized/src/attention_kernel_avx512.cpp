@@ -74,7 +74,7 @@ KVC_TARGET_AVX512 inline __m512 load16(const uint8_t* p) {
 // Phase 1 of the group path in the layout of this split's queries (group_query_pairs): row pairs, 4 pairs x 4 keys
 // for 7-8 rows, 3 x 6 for 5-6, 2 x 8 for 4 (16-18 accumulators); or key pairs.
 template <uint32_t DT, int R>
-KVC_TARGET_AVX512 void group_scores(const float (*q)[kMaxHeadDim], bool pairs, const uint8_t* kp, uint32_t run,
+KVC_TARGET_AVX512 void group_scores(const float (*q)[kSimdMaxHeadDim], bool pairs, const uint8_t* kp, uint32_t run,
                                     uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
                                     float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");

@@ -76,7 +76,7 @@ KVC_TARGET_AVX512 inline __m512 reduce8_halves(const __m512* z) {
 // scores of keys 2p and 2p + 1, scaled, in reduce8_halves' order: row r's score of key 2p + h is lane
 // (r / 4) * 8 + h * 4 + r % 4.
 template <uint32_t DT, int R, int KP>
-KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float (*q)[kMaxHeadDim], const uint8_t* k,
+KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_x2(const float (*q)[kSimdMaxHeadDim], const uint8_t* k,
                                                                      uint64_t row_bytes, uint32_t d, __m512 scale,
                                                                      __m512* red) {
     static_assert(R <= 8 && R * KP + KP + 1 <= 32, "accumulators, K chunks and one q chunk fit the 32 registers");
@@ -154,7 +154,7 @@ KVC_TARGET_AVX512 inline void store_quad(const __m512* red, float (*sc)[kSplitKe
 // 6-8 rows (R x 2 zmm accumulators; 3 x 8 spills them to the stack), 6 for 4-5 rows, then pairs, then a last single
 // key through the shared dots().
 template <uint32_t DT, int R>
-KVC_TARGET_AVX512 void group_scores_keys(const float (*q)[kMaxHeadDim], const uint8_t* kp, uint32_t run,
+KVC_TARGET_AVX512 void group_scores_keys(const float (*q)[kSimdMaxHeadDim], const uint8_t* kp, uint32_t run,
                                          uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
                                          float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows, "4 to 8 rows");
@@ -192,7 +192,7 @@ KVC_TARGET_AVX512 void group_scores_keys(const float (*q)[kMaxHeadDim], const ui
 // plain 512-bit load per pair and chunk; the key's chunk is broadcast to both halves (load8_both).
 // red[h] holds the scores of keys 2h and 2h + 1, scaled: row r's score of key 2h + e is lane 8e + 4 (r % 2) + r / 2.
 template <uint32_t DT, int RP, int KJ>
-KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_pairs(const float (*q)[kMaxHeadDim],
+KVC_TARGET_AVX512 inline __attribute__((always_inline)) void dots_pairs(const float (*q)[kSimdMaxHeadDim],
                                                                         const uint8_t* k, uint64_t row_bytes,
                                                                         uint32_t d, __m512 scale, __m512* red) {
     static_assert(RP >= 1 && RP <= 4 && RP * KJ + KJ + 1 <= 32, "accumulators, K chunks and one q chunk fit");
@@ -257,7 +257,7 @@ KVC_TARGET_AVX512 inline void store_scores(const __m512* red, float (*sc)[kSplit
 // Phase 1 of the group path in row pairs: R rows as RP = (R + 1) / 2 row pairs (queries in pairs), KJ keys per
 // register block, then pairs of keys, then a last key alone.
 template <uint32_t DT, int R, int RP, int KJ>
-KVC_TARGET_AVX512 void group_scores_rows(const float (*q)[kMaxHeadDim], const uint8_t* kp, uint32_t run,
+KVC_TARGET_AVX512 void group_scores_rows(const float (*q)[kSimdMaxHeadDim], const uint8_t* kp, uint32_t run,
                                        uint64_t row_bytes, uint32_t d, __m512 scale, RowPrefetcher& pf,
                                        float (*sc)[kSplitKeys], uint32_t j0) {
     static_assert(R >= 4 && R <= kTileRows && RP == (R + 1) / 2, "4 to 8 rows, in (R + 1) / 2 pairs");

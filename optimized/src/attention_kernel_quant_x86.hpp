@@ -68,7 +68,7 @@ KVC_KERNEL_TARGET void dequantize_piece(const uint8_t* src, uint32_t count, cons
         const __m256 s = _mm256_set1_ps(scale);
         for (uint32_t c = 0; c < full; c += 8) _mm256_store_ps(o + c, _mm256_mul_ps(widen_codes8<DT>(row + c), s));
         if (full < d) { // the tail: the scalar dequantizer on the whole row is simplest, and the same multiply
-            alignas(32) float all[kMaxHeadDim];
+            alignas(32) float all[kSimdMaxHeadDim];
             dequantize_row(row, f, fp8_scale, all);
             for (uint32_t c = full; c < d; ++c) o[c] = all[c];
         }
@@ -87,7 +87,7 @@ KVC_KERNEL_TARGET void split_quant(const SplitArgs& a, uint32_t nh, const RowTil
     const SplitView sv = split_view(t, R, k0);
     const uint32_t n_max = sv.end;
     alignas(32) float sc[kMaxCallRows][kSplitKeys]; // row r of head h is sc[h * R + r]
-    alignas(64) float wide[kPieceKeys * kMaxHeadDim]; // one piece of one head, dequantized: rows dq floats apart
+    alignas(64) float wide[kPieceKeys * kSimdMaxHeadDim]; // one piece of one head, dequantized: rows dq floats apart
     const auto* wide_rows = reinterpret_cast<const uint8_t*>(wide);
     const uint64_t wide_row_bytes = uint64_t{dq} * sizeof(float);
     const __m256 scale = _mm256_set1_ps(a.scale);

@@ -28,7 +28,8 @@ void widen_row(const uint8_t* p, const kvc_kv_layout& L, float fp8_scale, float*
 template <uint32_t DT>
 void split_scalar(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxState* st) {
     const kvc_kv_layout& L = *a.layout;
-    const uint32_t d = L.head_dim;
+    const kvc_kv_layout& Lv = a.v_layout ? *a.v_layout : L; // V rows may be narrower or wider than K rows
+    const uint32_t d = L.head_dim, dv = Lv.head_dim;
     const SplitView sv = split_view(t, t.n, k0); // the keys each row sees inside this split
     float sc[kTileRows][kSplitKeys];
     float row[kMaxHeadDim];
@@ -54,7 +55,7 @@ void split_scalar(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxStat
         SoftmaxState& s = st[r];
         s.m = -INFINITY;
         s.l = 0.0f;
-        for (uint32_t c = 0; c < padded_dim(d); ++c) s.o[c] = 0.0f;
+        for (uint32_t c = 0; c < padded_dim(dv); ++c) s.o[c] = 0.0f;
         const uint32_t end = sv.row_end(r);
         if (end == 0) continue; // empty split for this row: the empty state
         uint32_t j0 = 0;
@@ -73,13 +74,13 @@ void split_scalar(const SplitArgs& a, const RowTile& t, uint32_t k0, SoftmaxStat
     }
     // phase 4: o = sum_j p_j v_j, each V row widened once for all rows of the tile
     for_each_key([&](uint32_t j) {
-        const uint8_t* vp = kvc_kv_address(&L, a.table, k0 + j, KVC_PLANE_V, a.kv_head, 0);
-        widen_row<DT>(vp, L, a.v_scales ? a.v_scales[a.kv_head] : 1.0f, row);
+        const uint8_t* vp = kvc_kv_address(&Lv, a.table, k0 + j, KVC_PLANE_V, a.kv_head, 0);
+        widen_row<DT>(vp, Lv, a.v_scales ? a.v_scales[a.kv_head] : 1.0f, row);
         for (int r = 0; r < t.n; ++r) {
             if (!sv.sees(r, j)) continue;
             const float p = sc[r][j];
             float* o = st[r].o;
-            for (uint32_t c = 0; c < d; ++c) o[c] += p * row[c];
+            for (uint32_t c = 0; c < dv; ++c) o[c] += p * row[c];
         }
     });
 }

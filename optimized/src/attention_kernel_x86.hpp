@@ -514,7 +514,7 @@ constexpr uint32_t kPieceKeys = 16;
 // are copies (group_queries, in the layout `pairs` says) from one base q, so that a register block addresses all of
 // them from one register: with a pointer per row, 8 rows and 4 keys ran out of general registers (measured).
 template <uint32_t DT, int R>
-KVC_KERNEL_TARGET void group_scores(const float (*q)[kMaxHeadDim], bool pairs, const uint8_t* kp, uint32_t run,
+KVC_KERNEL_TARGET void group_scores(const float (*q)[kSimdMaxHeadDim], bool pairs, const uint8_t* kp, uint32_t run,
                                     uint64_t row_bytes, uint32_t d, __m256 scale, RowPrefetcher& pf,
                                     float (*sc)[kSplitKeys], uint32_t j0);
 // Which layout group_scores takes its queries in (group_queries), asked once per split: rows one by one (false), or
@@ -522,7 +522,7 @@ KVC_KERNEL_TARGET void group_scores(const float (*q)[kMaxHeadDim], bool pairs, c
 KVC_KERNEL_TARGET bool group_query_pairs();
 // The rows of one tile into group_scores' query block `out` (dq floats per row, zero-padded like the tile's):
 //  - one by one: row r at out[r];
-//  - in pairs: rows 2p and 2p + 1 together in out[2p] .. out[2p + 1] (2 kMaxHeadDim floats read as one array), chunk
+//  - in pairs: rows 2p and 2p + 1 together in out[2p] .. out[2p + 1] (2 kSimdMaxHeadDim floats read as one array), chunk
 //    c of 8 floats of row 2p at 16c and of row 2p + 1 at 16c + 8; the odd row of an odd R is zeros.
 // The block's rows: R one by one, R rounded up to even in pairs.
 template <int R>
@@ -530,7 +530,7 @@ constexpr int group_query_rows(bool pairs) {
     return pairs ? (R + 1) / 2 * 2 : R;
 }
 template <int R>
-KVC_KERNEL_TARGET inline void group_queries(const RowTile& t, uint32_t dq, bool pairs, float (*out)[kMaxHeadDim]) {
+KVC_KERNEL_TARGET inline void group_queries(const RowTile& t, uint32_t dq, bool pairs, float (*out)[kSimdMaxHeadDim]) {
     const uint32_t step = pairs ? 16 : 8; // floats from one chunk of a row to its next
     for (int r = 0; r < group_query_rows<R>(pairs); ++r) {
         float* row = pairs ? out[r & ~1] + 8 * (r & 1) : out[r];
@@ -540,7 +540,7 @@ KVC_KERNEL_TARGET inline void group_queries(const RowTile& t, uint32_t dq, bool 
 }
 // Those rows as one pointer each, for the loops that take them so (dots, score_run_kj).
 template <int R>
-inline void row_pointers(const float (*q)[kMaxHeadDim], const float* (&out)[R]) {
+inline void row_pointers(const float (*q)[kSimdMaxHeadDim], const float* (&out)[R]) {
     for (int r = 0; r < R; ++r) out[r] = q[r];
 }
 // Phase 4 of the group path for count V rows of one block run that all R rows see: o[r] += sum over keys i < count
@@ -650,7 +650,7 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     constexpr bool kGroupScores = R >= 4, kWiden = DT != KVC_DTYPE_F32 && R > 4;
     const bool group_path = (kGroupScores || kWiden) && avx2_group_path();
     constexpr bool kScratch = kWiden && KVC_GROUP_VALUES_SCRATCH;
-    alignas(64) float wide[kScratch ? kPieceKeys * kMaxHeadDim : 1]; // group_values' scratch, where it takes one
+    alignas(64) float wide[kScratch ? kPieceKeys * kSimdMaxHeadDim : 1]; // group_values' scratch, where it takes one
     // keys per visit to a head (the walk, above); any length gives the same bits: every dot product is its own,
     // and phase 4 reloads each output from its state, so the keys still reach each element in order
     const uint32_t visit =
@@ -659,7 +659,7 @@ KVC_KERNEL_TARGET void split_x86(const SplitArgs& a, uint32_t nh, const RowTile*
     // scores): head h's rows from qs[h * q_rows] on, in the layout the including file asks for (group_query_pairs)
     const bool pairs = kGroupScores && group_path && group_query_pairs();
     const int q_rows = group_query_rows<R>(pairs);
-    alignas(64) float qs[kGroupScores ? kMaxCallRows + 2 : 1][kMaxHeadDim]; // + 2: 3 heads of 5 rows in pairs
+    alignas(64) float qs[kGroupScores ? kMaxCallRows + 2 : 1][kSimdMaxHeadDim]; // + 2: 3 heads of 5 rows in pairs
     if constexpr (kGroupScores) {
         static_assert(kMaxCallRows / R * group_query_rows<R>(true) <= kMaxCallRows + 2, "the heads' queries fit qs");
         if (group_path)

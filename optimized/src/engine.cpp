@@ -63,19 +63,28 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
         if (error) *error = why;
         return nullptr;
     };
-    if (const Refusal r = check_config(c, kMaxHeadDim, kMaxCount, /*quantized=*/true, /*windows=*/true); r.refused())
+    if (const Refusal r = check_config(c, kMaxHeadDim, kMaxCount, /*quantized=*/true, /*windows=*/true,
+                                       /*latent=*/true);
+        r.refused())
         return refuse(r.status, r.message);
     const bool quantized = is_quantized_dtype(c.cache_dtype);
-    QuantFormat qf;
-    if (quantized) qf = QuantFormat{c.cache_dtype, c.head_dim, c.cache_dtype == KVC_DTYPE_INT8_TOKEN &&
-                                                                   c.int8_scale_dtype == KVC_DTYPE_F16};
+    const uint32_t dv = c.head_dim_v == 0 ? c.head_dim : c.head_dim_v;
+    QuantFormat qf, qf_v;
+    const bool f16_scale = c.cache_dtype == KVC_DTYPE_INT8_TOKEN && c.int8_scale_dtype == KVC_DTYPE_F16;
+    if (quantized) {
+        qf = QuantFormat{c.cache_dtype, c.head_dim, f16_scale};
+        qf_v = QuantFormat{c.cache_dtype, dv, f16_scale};
+    }
 
-    // The hint is a wish: 0 means "yours", and a very large one is capped.
-    const uint32_t b = c.block_size_hint == 0 ? kDefaultBlockSize : std::min(c.block_size_hint, kMaxBlockSize);
+    // The hint is a wish: 0 means "yours", and a very large one is capped, at max_tokens too: no stream ever
+    // fills a block longer than that, and the harness holds the reported block size to it (MEMORY).
+    uint32_t b = c.block_size_hint == 0 ? kDefaultBlockSize : std::min(c.block_size_hint, kMaxBlockSize);
+    if (c.max_tokens != 0) b = std::min(b, c.max_tokens);
     const uint32_t es = static_cast<uint32_t>(kvc::dtype_size(c.cache_dtype));
     kvc_kv_layout g = kvc_kv_layout_make_scaled(b, c.n_kv_heads, c.head_dim, es, quantized ? row_scale_bytes(qf) : 0);
+    const kvc_kv_layout gv = kvc_kv_layout_v(g, dv, quantized ? row_scale_bytes(qf_v) : 0);
     PoolOptions p;
-    p.block_bytes = kvc_kv_block_bytes(&g);
+    p.block_bytes = g.plane_bytes + uint64_t{c.n_kv_heads} * gv.head_bytes;
     p.dtype = c.cache_dtype;
     p.seal = o.seal_full_blocks;
     p.poison = o.poison_unused;
@@ -93,6 +102,8 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
         im->elem_bytes = es;
         im->quantized = quantized;
         im->quant = qf;
+        im->quant_v = qf_v;
+        im->head_dim_v = dv;
         if (kvc::dtype_is_fp8(c.cache_dtype)) { // one scale per (layer, KV head), whatever the mode
             expand_fp8_scales(c, im->k_scales, im->v_scales);
             im->cfg.k_scales = im->cfg.v_scales = nullptr; // the harness's arrays: not kept past create
@@ -100,11 +111,14 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
         im->padded = padded_dim(c.head_dim);
         im->max_tokens = c.max_tokens == 0 ? UINT32_MAX : c.max_tokens; // 0: no limit but the 32-bit length
         im->geometry = g;
-        im->rope = Rope(c.rope, c.rope_theta, c.head_dim);
+        im->geometry_v = gv;
+        im->rope = Rope(c.rope, c.rope_theta, c.head_dim, c.rope_dim_begin, c.rope_dims);
         im->simd = o.simd && cpu_has_avx2_f16c();
         const bool fp8_fused = fp8_scales_fuse(c.cache_dtype, c.scale, im->k_scales.data(), im->v_scales.data(),
                                                im->k_scales.size());
-        im->kernel = split_kernel(c.cache_dtype, im->simd, fp8_fused);
+        // the x86 kernels serve V rows shaped like K rows of up to kSimdMaxHeadDim dims; the portable one the rest
+        const bool simd_shape = dv == c.head_dim && c.head_dim <= kSimdMaxHeadDim;
+        im->kernel = split_kernel(c.cache_dtype, im->simd && simd_shape, fp8_fused);
         if (status) *status = KVC_OK;
         return std::unique_ptr<Engine>(new Engine(std::move(im)));
     } catch (const std::bad_alloc&) {
@@ -120,6 +134,7 @@ const kvc_config& Engine::config() const { return impl_->cfg; }
 uint32_t Engine::block_size() const { return impl_->block_size; }
 bool Engine::uses_simd() const { return impl_->simd; }
 kvc_kv_layout Engine::geometry() const { return impl_->geometry; }
+kvc_kv_layout Engine::geometry_v() const { return impl_->geometry_v; }
 
 kvc_status Engine::append_attend(uint32_t seq, uint32_t layer, uint32_t n_new, const float* q, const float* k,
                                  const float* v, float* out) {
@@ -157,8 +172,9 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
         for (uint64_t t = 0; t < total; ++t)
             for (uint32_t h = 0; h < cfg.n_kv_heads; ++h)
                 for (int plane = 0; plane < 2; ++plane) {
-                    const float* row = (plane == 0 ? k : v) + (offsets[0] + t) * row_elems() + h * cfg.head_dim;
-                    if (const char* why = unquantizable(row, quant))
+                    const float* row = plane == 0 ? k + (offsets[0] + t) * row_elems() + h * cfg.head_dim
+                                                  : v + (offsets[0] + t) * row_elems_v() + h * head_dim_v;
+                    if (const char* why = unquantizable(row, plane == 0 ? quant : quant_v))
                         return fail(KVC_ERR_INVALID_ARGUMENT, "%s: the %s row of token %llu, KV head %u, has %s", op,
                                     plane == 0 ? "K" : "V", static_cast<unsigned long long>(t), h, why);
                 }
@@ -172,7 +188,7 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
         return fail(KVC_ERR_OUT_OF_MEMORY, "%s: out of blocks (%llu more needed, %llu in use%s)", op,
                     static_cast<unsigned long long>(blocks), static_cast<unsigned long long>(pool.blocks_in_use()),
                     opt.max_blocks ? ", block limit reached" : ", allocation failed");
-    const kvc_kv_layout l = layout(); // final block addresses: the pool does not grow again in this call
+    const kvc_kv_layout l = layout(), lv = layout_v(); // final block addresses: the pool does not grow again
     std::vector<Pending> pending(n_seqs);
     for (uint32_t i = 0; i < n_seqs; ++i) {
         const uint32_t n = offsets[i + 1] - offsets[i];
@@ -185,7 +201,7 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
         }
         Stream& s = it->second.layers[layer];
         reserve_table(s, n);
-        pending[i] = Pending{&s, layer, n, k + offsets[i] * row_elems(), v + offsets[i] * row_elems()};
+        pending[i] = Pending{&s, layer, n, k + offsets[i] * row_elems(), v + offsets[i] * row_elems_v()};
     }
     std::vector<float> qrot;
     std::vector<StreamCall> calls;
@@ -198,7 +214,7 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
             c.len_before = pending[i].stream->length;
             c.n_new = pending[i].n;
             c.q = qrot.data() + static_cast<uint64_t>(offsets[i] - offsets[0]) * cfg.n_q_heads * padded;
-            c.out = out + static_cast<uint64_t>(offsets[i]) * cfg.n_q_heads * cfg.head_dim;
+            c.out = out + static_cast<uint64_t>(offsets[i]) * cfg.n_q_heads * head_dim_v;
             calls.push_back(c);
         }
         AttentionShape shape;
@@ -209,6 +225,7 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
         shape.max_threads = opt.threads;
         shape.group_heads = opt.group_heads;
         shape.layout = &l;
+        shape.v_layout = separate_v() ? &lv : nullptr;
         shape.k_scales = k_scales_of(layer);
         shape.v_scales = v_scales_of(layer);
         shape.window = window_of(layer);
@@ -229,7 +246,8 @@ kvc_status Engine::Impl::run(uint32_t layer, uint32_t n_seqs, const uint32_t* se
             if (rope.enabled()) rope.angles(pos, cs);
             for (uint32_t h = 0; h < cfg.n_q_heads; ++h) {
                 float* dst = qrot.data() + ((first - offsets[0] + t) * cfg.n_q_heads + h) * padded;
-                std::memcpy(dst, q + ((first + t) * cfg.n_q_heads + h) * cfg.head_dim, cfg.head_dim * sizeof(float));
+                std::memcpy(dst, q + ((first + t) * cfg.n_q_heads + h) * cfg.head_dim,
+                            cfg.head_dim * sizeof(float));
                 if (rope.enabled()) rope.apply(dst, cs);
             }
         }
@@ -251,13 +269,16 @@ kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t 
     if (n == 0) return KVC_OK;
     const Stream* s = im.find(seq, layer);
     if (im.holds_dropped(*s, pos, n)) return im.evicted("read_kv", seq, layer, pos, n, *s);
-    const kvc_kv_layout l = im.layout();
-    const uint64_t row = kvc_kv_scale_offset(&l); // the elements (codes) only: scales are read_kv_scales'
+    const kvc_kv_layout l = im.layout(), lv = im.layout_v();
+    // the elements (codes) only: scales are read_kv_scales'
+    const uint64_t row = kvc_kv_scale_offset(&l), row_v = kvc_kv_scale_offset(&lv);
     for (uint32_t i = 0; i < n; ++i)
         for (uint32_t h = 0; h < im.cfg.n_kv_heads; ++h) {
-            const uint64_t dst = (static_cast<uint64_t>(i) * im.cfg.n_kv_heads + h) * row;
-            std::memcpy(static_cast<uint8_t*>(k_out) + dst, kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_K, h, 0), row);
-            std::memcpy(static_cast<uint8_t*>(v_out) + dst, kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_V, h, 0), row);
+            const uint64_t at = static_cast<uint64_t>(i) * im.cfg.n_kv_heads + h;
+            std::memcpy(static_cast<uint8_t*>(k_out) + at * row,
+                        kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_K, h, 0), row);
+            std::memcpy(static_cast<uint8_t*>(v_out) + at * row_v,
+                        kvc_kv_address(&lv, s->blocks.data(), pos + i, KVC_PLANE_V, h, 0), row_v);
         }
     return KVC_OK;
 }
@@ -272,17 +293,17 @@ kvc_status Engine::read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, ui
     if (n == 0) return KVC_OK;
     const Stream* s = im.find(seq, layer);
     if (im.holds_dropped(*s, pos, n)) return im.evicted("read_kv_scales", seq, layer, pos, n, *s);
-    const kvc_kv_layout l = im.layout();
-    const uint64_t out_row = row_scales_bytes(im.quant);
+    const kvc_kv_layout l = im.layout(), lv = im.layout_v();
+    const uint64_t out_row = row_scales_bytes(im.quant), out_row_v = row_scales_bytes(im.quant_v);
     const float* ks = im.k_scales_of(layer);
     const float* vs = im.v_scales_of(layer);
     for (uint32_t i = 0; i < n; ++i)
         for (uint32_t h = 0; h < im.cfg.n_kv_heads; ++h) {
-            const uint64_t dst = (static_cast<uint64_t>(i) * im.cfg.n_kv_heads + h) * out_row;
+            const uint64_t at = static_cast<uint64_t>(i) * im.cfg.n_kv_heads + h;
             row_scales(kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_K, h, 0), im.quant, ks ? ks[h] : 1.0f,
-                       static_cast<uint8_t*>(k_out) + dst);
-            row_scales(kvc_kv_address(&l, s->blocks.data(), pos + i, KVC_PLANE_V, h, 0), im.quant, vs ? vs[h] : 1.0f,
-                       static_cast<uint8_t*>(v_out) + dst);
+                       static_cast<uint8_t*>(k_out) + at * out_row);
+            row_scales(kvc_kv_address(&lv, s->blocks.data(), pos + i, KVC_PLANE_V, h, 0), im.quant_v,
+                       vs ? vs[h] : 1.0f, static_cast<uint8_t*>(v_out) + at * out_row_v);
         }
     return KVC_OK;
 }
@@ -305,9 +326,10 @@ kvc_status Engine::memory(kvc_memory* out) {
         for (const Stream& s : sq.layers) tokens += s.length - uint64_t{s.dropped} * im.block_size;
     const uint64_t capacity = im.pool.blocks_in_use() * im.pool.block_bytes(); // a shared block counts once
     out->block_size = im.block_size;
-    // a head row's elements plus the scales stored with it (fp8's config scales are workspace, below)
-    out->live_bytes = 2 * tokens * im.cfg.n_kv_heads *
-                      kvc::head_row_bytes(im.cfg.cache_dtype, im.cfg.head_dim, im.cfg.int8_scale_dtype);
+    // a K and a V head row's elements plus the scales stored with them (fp8's config scales are workspace, below)
+    out->live_bytes = tokens * im.cfg.n_kv_heads *
+                      (kvc::head_row_bytes(im.cfg.cache_dtype, im.cfg.head_dim, im.cfg.int8_scale_dtype) +
+                       kvc::head_row_bytes(im.cfg.cache_dtype, im.head_dim_v, im.cfg.int8_scale_dtype));
     out->capacity_bytes = capacity;
     out->pool_bytes = im.pool.held_bytes() - capacity;
     // Workspace: the fp8 scales copied at create, nothing else. A call's scratch (the attention plan's states, the
@@ -361,7 +383,7 @@ const uint8_t* Engine::slot_address(uint32_t seq, uint32_t layer, uint64_t pos, 
     const Stream* s = im.find(seq, layer);
     if (s == nullptr || pos >= static_cast<uint64_t>(s->blocks.size()) * im.block_size) return nullptr;
     if (s->blocks[pos / im.block_size] == kDroppedBlock) return nullptr;
-    const kvc_kv_layout l = im.layout();
+    const kvc_kv_layout l = plane == KVC_PLANE_V ? im.layout_v() : im.layout();
     return kvc_kv_address(&l, s->blocks.data(), pos, plane, head, 0);
 }
 

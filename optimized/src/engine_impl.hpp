@@ -17,6 +17,16 @@
 
 namespace kvc::opt {
 
+// The geometry of the V rows of a block whose V rows have head_dim_v dims and K rows k.head_dim: rows, heads and
+// the plane are head_dim_v wide, but plane_bytes stays K's, so that kvc_kv_address(&v, ..., KVC_PLANE_V, ...) finds
+// the V plane right after the K plane. A block is k.plane_bytes + n_kv_heads * v.head_bytes bytes (not
+// kvc_kv_block_bytes of either). When head_dim_v == k.head_dim this is k itself.
+inline kvc_kv_layout kvc_kv_layout_v(const kvc_kv_layout& k, uint32_t head_dim_v, uint32_t scale_bytes_v) {
+    kvc_kv_layout v = kvc_kv_layout_make_scaled(k.block_size, k.n_kv_heads, head_dim_v, k.elem_bytes, scale_bytes_v);
+    v.plane_bytes = k.plane_bytes;
+    return v;
+}
+
 // The table entry of a block an evicting cache freed: every row it held was dead (no later query sees it).
 constexpr uint32_t kDroppedBlock = UINT32_MAX;
 
@@ -39,7 +49,9 @@ struct Engine::Impl {
     uint32_t block_size = 0;
     uint32_t elem_bytes = 0;
     bool quantized = false;   // a quantized dtype: rows are codes and scales (quantize.hpp)
-    QuantFormat quant{};      // its row format
+    QuantFormat quant{};      // its row format (K rows)
+    QuantFormat quant_v{};    // V rows' format (head_dim_v dims)
+    uint32_t head_dim_v = 0;  // the config's head_dim_v, or head_dim when that is 0
     // fp8: the scale of each (layer, KV head), [n_layers][n_kv_heads] (1 under KVC_SCALE_NONE, the layer's under
     // KVC_SCALE_TENSOR); empty for other dtypes. The config's arrays are the harness's: copied at create.
     std::vector<float> k_scales, v_scales;
@@ -51,7 +63,8 @@ struct Engine::Impl {
     uint32_t n_sinks = 0;
     bool evict = false;
     uint32_t sink_blocks = 0;
-    kvc_kv_layout geometry{};
+    kvc_kv_layout geometry{};   // K rows; V rows too when head_dim_v == head_dim
+    kvc_kv_layout geometry_v{}; // V rows (kvc_kv_layout_v; == geometry when head_dim_v == head_dim)
     BlockPool pool;
     Rope rope;
     SplitKernel kernel = nullptr;
@@ -70,11 +83,18 @@ struct Engine::Impl {
         l.block_base = pool.bases();
         return l;
     }
+    kvc_kv_layout layout_v() const {
+        kvc_kv_layout l = geometry_v;
+        l.block_base = pool.bases();
+        return l;
+    }
+    bool separate_v() const { return head_dim_v != cfg.head_dim; }
     const Stream* find(uint32_t seq, uint32_t layer) const {
         auto it = seqs.find(seq);
         return it == seqs.end() ? nullptr : &it->second.layers[layer];
     }
     uint64_t row_elems() const { return static_cast<uint64_t>(cfg.n_kv_heads) * cfg.head_dim; }
+    uint64_t row_elems_v() const { return static_cast<uint64_t>(cfg.n_kv_heads) * head_dim_v; }
     // fp8: the scales of one layer's KV heads; nullptr for other dtypes.
     const float* k_scales_of(uint32_t layer) const {
         return k_scales.empty() ? nullptr : k_scales.data() + static_cast<uint64_t>(layer) * cfg.n_kv_heads;
@@ -102,7 +122,7 @@ struct Engine::Impl {
         uint32_t layer = 0;
         uint32_t n = 0;
         const float* k = nullptr; // [n][n_kv_heads][head_dim]
-        const float* v = nullptr;
+        const float* v = nullptr; // [n][n_kv_heads][head_dim_v]
     };
     // Blocks an append of n tokens to s takes from the pool: new blocks, plus a copy of a shared partial last block.
     uint64_t blocks_needed(const Stream& s, uint32_t n) const;

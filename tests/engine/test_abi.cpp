@@ -33,14 +33,15 @@ TEST(Abi, DeclaresWhatItDoes) {
     EXPECT_EQ(caps.rope_variants, (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ));
     const uint32_t all = KVC_FEATURE_GQA | KVC_FEATURE_PAGED | KVC_FEATURE_FORK | KVC_FEATURE_RELEASE |
                          KVC_FEATURE_BATCH | KVC_FEATURE_CHUNKED | KVC_FEATURE_WINDOW | KVC_FEATURE_SINKS |
-                         KVC_FEATURE_EVICT | KVC_FEATURE_FORK_SHARES; // not HEAD_DIM_V nor ROPE_RANGE: refused
-                                                                      // (test_window.cpp)
+                         KVC_FEATURE_EVICT | KVC_FEATURE_FORK_SHARES | KVC_FEATURE_HEAD_DIM_V |
+                         KVC_FEATURE_ROPE_RANGE;
     EXPECT_EQ(caps.features, all);
     EXPECT_EQ(caps.max_window, 0u); // any window, any number of sinks
     EXPECT_EQ(caps.max_sinks, 0u);
     EXPECT_EQ(caps.precision, uint32_t(KVC_PRECISION_F32));
     EXPECT_EQ(caps.memory_space, uint32_t(KVC_MEMORY_HOST));
-    EXPECT_EQ(caps.max_head_dim, 256u);
+    EXPECT_EQ(caps.max_head_dim, 576u); // multi-head latent attention's K rows (test_latent.cpp)
+    EXPECT_EQ(caps.max_head_dim_v, 576u);
     // a shorter struct from an older harness: nothing written past it
     struct {
         kvc_caps head;

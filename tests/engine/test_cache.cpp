@@ -443,7 +443,7 @@ TEST(BadInput, CreateRefusesWithAReason) {
     refused(c, KVC_ERR_UNSUPPORTED, "unknown RoPE");
     c = make_config(4, 2, 0, KVC_DTYPE_F32, 4);
     refused(c, KVC_ERR_INVALID_ARGUMENT, "head_dim 0");
-    c = make_config(4, 2, 512, KVC_DTYPE_F32, 4);
+    c = make_config(4, 2, 578, KVC_DTYPE_F32, 4); // max_head_dim 576: multi-head latent attention's K rows
     refused(c, KVC_ERR_UNSUPPORTED, "head_dim beyond max_head_dim");
     c = make_config(4, 0, 8, KVC_DTYPE_F32, 4);
     refused(c, KVC_ERR_INVALID_ARGUMENT, "no KV heads");

@@ -42,7 +42,7 @@ struct KernelCase {
     explicit KernelCase(Rng& rng) {
         const uint32_t dtypes[] = {KVC_DTYPE_F16, KVC_DTYPE_BF16, KVC_DTYPE_F32};
         // every way a row can end: d % 8 != 0, chunks of 8 after whole and odd counts of 16 (12, 24, 40), odd
-        // counts of 16 (48, 80), and 256 = kMaxHeadDim
+        // counts of 16 (48, 80), and 256 = kSimdMaxHeadDim (the x86 kernels serve no wider head)
         const uint32_t dims[] = {1, 5, 8, 12, 24, 40, 48, 64, 80, 100, 128, 256};
         dtype = dtypes[rng.below(3)];
         block = 1 + rng.below(rng.below(2) ? 300 : 40);

@@ -418,12 +418,12 @@ TEST(WindowConfig, RefusalsThroughTheTable) {
     c = windowed(plain, w, 0, false);
     c.evict = 2;
     bad.push_back({"evict 2", KVC_ERR_INVALID_ARGUMENT, c});
+    c = plain; // head_dim_v and rope_dims themselves are supported (test_latent.cpp), beyond the limits they are not
+    c.head_dim_v = 580;
+    bad.push_back({"head_dim_v beyond max_head_dim_v", KVC_ERR_UNSUPPORTED, c});
     c = plain;
-    c.head_dim_v = 8;
-    bad.push_back({"head_dim_v", KVC_ERR_UNSUPPORTED, c});
-    c = plain;
-    c.rope_dims = 8;
-    bad.push_back({"rope_dims", KVC_ERR_UNSUPPORTED, c});
+    c.rope_dims = 18;
+    bad.push_back({"rope_dims beyond head_dim", KVC_ERR_INVALID_ARGUMENT, c});
     c = plain;
     c.rope_dim_begin = 4;
     bad.push_back({"rope_dim_begin without rope_dims", KVC_ERR_INVALID_ARGUMENT, c});

@@ -94,22 +94,38 @@ inline Refusal check_window_config(const kvc_config& c, bool windows) {
         return refuse(KVC_ERR_INVALID_ARGUMENT, "evict needs a sliding window (config.windows with some W > 0)");
     if (any && !windows)
         return refuse(KVC_ERR_UNSUPPORTED, "sliding windows (config.windows), sinks and eviction are not supported");
-    if (c.head_dim_v != 0 && c.head_dim_v != c.head_dim)
+    return {};
+}
+
+// create() (ABI 1.2): head_dim_v and the RoPE range. latent: the engine implements both (the CPU engine; the CUDA
+// engine refuses them); max_head_dim_v: its limit on head_dim_v.
+inline Refusal check_latent_config(const kvc_config& c, bool latent, uint32_t max_head_dim_v) {
+    if (c.head_dim_v != 0 && c.head_dim_v != c.head_dim && !latent)
         return refuse(KVC_ERR_UNSUPPORTED, "head_dim_v %u differs from head_dim %u: not supported", c.head_dim_v,
                       c.head_dim);
+    if (c.head_dim_v > max_head_dim_v)
+        return refuse(KVC_ERR_UNSUPPORTED, "head_dim_v %u exceeds max_head_dim_v %u", c.head_dim_v, max_head_dim_v);
     if (c.rope_dims == 0 && c.rope_dim_begin != 0)
         return refuse(KVC_ERR_INVALID_ARGUMENT, "rope_dim_begin %u without rope_dims (0 means the whole head)",
                       c.rope_dim_begin);
-    if (c.rope_dims != 0)
+    if (c.rope_dims != 0 && !latent)
         return refuse(KVC_ERR_UNSUPPORTED, "RoPE on a range of the head dims (rope_dims %u) is not supported",
                       c.rope_dims);
+    if (c.rope_dims != 0 && uint64_t{c.rope_dim_begin} + c.rope_dims > c.head_dim)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "RoPE range [%u, %llu) exceeds head_dim %u", c.rope_dim_begin,
+                      static_cast<unsigned long long>(uint64_t{c.rope_dim_begin} + c.rope_dims), c.head_dim);
+    if (c.rope != KVC_ROPE_NONE && c.rope_dims % 2 != 0)
+        return refuse(KVC_ERR_INVALID_ARGUMENT, "RoPE needs an even rope_dims (got %u)", c.rope_dims);
+    if (c.cache_dtype == KVC_DTYPE_Q8_0 && c.head_dim_v % 32 != 0)
+        return refuse(KVC_ERR_UNSUPPORTED, "q8_0 needs a head_dim_v that is a multiple of 32 (got %u)", c.head_dim_v);
     return {};
 }
 
 // create(): the config. max_head_dim and max_count (layers, heads) are the engine's declared limits; quantized:
-// the engine stores the quantized dtypes (both engines do); windows: see check_window_config.
+// the engine stores the quantized dtypes (both engines do); windows: see check_window_config; latent: see
+// check_latent_config (head_dim_v is then limited by max_head_dim too).
 inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t max_count, bool quantized = false,
-                            bool windows = false) {
+                            bool windows = false, bool latent = false) {
     if (c.struct_size < sizeof(kvc_config))
         return refuse(KVC_ERR_INVALID_ARGUMENT, "config.struct_size %u is smaller than kvc_config of ABI 1.0 (%zu)",
                       c.struct_size, sizeof(kvc_config));
@@ -126,7 +142,8 @@ inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t
     if (is_quantized_dtype(c.cache_dtype))
         if (const Refusal r = check_quant_config(c); r.refused()) return r;
     if (c.rope > KVC_ROPE_GPTJ) return refuse(KVC_ERR_UNSUPPORTED, "rope variant %u is unknown", c.rope);
-    if (c.rope != KVC_ROPE_NONE && c.head_dim % 2 != 0)
+    // a RoPE range is checked by check_latent_config: the head outside it may be odd
+    if (c.rope != KVC_ROPE_NONE && c.head_dim % 2 != 0 && !(latent && c.rope_dims != 0))
         return refuse(KVC_ERR_INVALID_ARGUMENT, "RoPE needs an even head_dim (got %u)", c.head_dim);
     if (c.rope != KVC_ROPE_NONE && !(std::isfinite(c.rope_theta) && c.rope_theta > 0.0f))
         return refuse(KVC_ERR_INVALID_ARGUMENT, "rope_theta must be positive and finite");
@@ -135,7 +152,8 @@ inline Refusal check_config(const kvc_config& c, uint32_t max_head_dim, uint32_t
         return refuse(KVC_ERR_UNSUPPORTED, "head_dim %u exceeds max_head_dim %u", c.head_dim, max_head_dim);
     if (c.n_layers > max_count || c.n_q_heads > max_count || c.n_kv_heads > max_count)
         return refuse(KVC_ERR_UNSUPPORTED, "more layers or heads than the declared limits (%u)", max_count);
-    return check_window_config(c, windows);
+    if (const Refusal r = check_window_config(c, windows); r.refused()) return r;
+    return check_latent_config(c, latent, max_head_dim);
 }
 
 // An fp8 cache's scales as both engines keep them: one per (layer, KV head) whatever the mode (1 under

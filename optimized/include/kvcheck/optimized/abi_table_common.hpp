@@ -7,6 +7,9 @@
 //                                                         Engine::read_kv_scales; false: the table's slot is NULL
 //   static constexpr bool kWindows;                       OPTIONAL, false when absent: it implements sliding
 //                                                         windows, sinks and eviction (ABI 1.2; caps declare them)
+//   static constexpr bool kLatent;                        OPTIONAL, false when absent: it implements head_dim_v !=
+//                                                         head_dim (up to kMaxHeadDim) and RoPE on a range of the
+//                                                         head dims (ABI 1.2; caps declare them)
 //   static constexpr bool kForkShares;                    OPTIONAL, false when absent: fork shares every full block
 //                                                         (reference counted, counted once) and copies at most the
 //                                                         partly filled last one (caps declare
@@ -39,6 +42,11 @@ template <class Ops, class = void>
 struct OpsWindows : std::false_type {};
 template <class Ops>
 struct OpsWindows<Ops, std::void_t<decltype(Ops::kWindows)>> : std::bool_constant<Ops::kWindows> {};
+// Ops::kLatent, or false where an engine's Ops does not say.
+template <class Ops, class = void>
+struct OpsLatent : std::false_type {};
+template <class Ops>
+struct OpsLatent<Ops, std::void_t<decltype(Ops::kLatent)>> : std::bool_constant<Ops::kLatent> {};
 // Ops::kForkShares, or false where an engine's Ops does not say.
 template <class Ops, class = void>
 struct OpsForkShares : std::false_type {};
@@ -148,6 +156,10 @@ private:
             c.max_sinks = 0;
         }
         if constexpr (OpsForkShares<Ops>::value) c.features |= KVC_FEATURE_FORK_SHARES;
+        if constexpr (OpsLatent<Ops>::value) { // head_dim_v up to max_head_dim, any RoPE range inside the head
+            c.features |= KVC_FEATURE_HEAD_DIM_V | KVC_FEATURE_ROPE_RANGE;
+            c.max_head_dim_v = Ops::kMaxHeadDim;
+        }
         // Both engines: q f32 (rotated in double, rounded once), K/V widened from the cache dtype, scores, exp, sums
         // and the V accumulation in f32, split states merged in f32.
         c.precision = KVC_PRECISION_F32;

@@ -66,6 +66,9 @@ public:
     const uint8_t* slot_address(uint32_t seq, uint32_t layer, uint64_t pos, uint32_t plane, uint32_t head) const;
     // The layout's geometry (block_base is not filled: block addresses move as the pool grows).
     kvc_kv_layout geometry() const;
+    // V rows' geometry: geometry() when head_dim_v == head_dim, else rows of head_dim_v dims whose plane starts
+    // geometry().plane_bytes into a block (kvc_kv_layout_v, optimized/src/engine_impl.hpp).
+    kvc_kv_layout geometry_v() const;
     uint32_t block_size() const;
     bool uses_simd() const; // the AVX2/F16C kernels are in use
     const kvc_config& config() const;
