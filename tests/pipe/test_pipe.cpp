@@ -61,7 +61,8 @@ INSTANTIATE_TEST_SUITE_P(Doubles, Parity,
                                            "libkvcheck_double_misreport.so", "libkvcheck_double_crash.so",
                                            "libkvcheck_double_win_ring.so", "libkvcheck_double_win_plus_one.so",
                                            "libkvcheck_double_win_no_free.so", "libkvcheck_double_pipe_fixed_decl.so",
-                                           "libkvcheck_double_pipe_fixed_plain.so",
+                                           "libkvcheck_double_pipe_fixed_plain.so", "libkvcheck_double_mla_correct.so",
+                                           "libkvcheck_double_mla_v_from_k.so",
                                            "libkvcheck_cpu_engine_plugin.so"),
                          [](const auto& info) {
                              std::string n = info.param.substr(3, info.param.size() - 6);
