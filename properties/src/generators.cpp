@@ -204,10 +204,13 @@ void draw_latent(const ConfigSpace& space, CaseConfig& c) {
     if (space.allow.max_q_heads) hq = std::min(hq, space.allow.max_q_heads);
     c.n_q_heads = hq;
     if (c.n_q_heads * c.head_dim * c.n_layers > 1536) c.max_tokens = std::min(c.max_tokens, 100u); // as config()
-    if (dc >= 512) { // the real shape is wide: one layer, few tokens, few sequences keep it as cheap as a common case
+    // config() sized max_seqs for the head dim drawn before this one: a wider latent head must not multiply it
+    c.max_seqs = std::min(c.max_seqs, 32u);
+    if (dc >= 512) { // the real shape is wide: one layer, few sequences keep it as cheap as a common case; 64
+                     // tokens still fit one page of the 64-token pages MLA kernels use (block_size <= max_tokens)
         c.n_layers = std::min(c.n_layers, std::max(space.min_layers, 1u));
         c.n_q_heads = std::min(c.n_q_heads, 4u);
-        c.max_tokens = std::min(c.max_tokens, 24u);
+        c.max_tokens = std::min(c.max_tokens, 64u);
         c.max_seqs = std::min(c.max_seqs, 6u);
     }
 }

@@ -207,7 +207,10 @@ double element_bound(const CaseConfig& cfg, const Pipeline& p, const Expected& e
     const bool rope = cfg.rope != KVC_ROPE_NONE;
     const double out = std::fabs(static_cast<double>(e.oracle[o]));
     // first order in the score perturbation of each row: sum_j w_j * ds_j * |v_j - out| (worst case, no averaging)
-    double b = u_q * (rope ? e.s_rope[o] : e.s_qk[o]);                // q rounded before anything else
+    // q rounded before anything else: a rotated element's rounding reaches both of its pair (s_rope), an element
+    // outside a RoPE range only itself (bounded by s_qk, which counts every element)
+    const bool whole_head_rotated = rope && cfg.rope_len() == d;
+    double b = u_q * (!rope ? e.s_qk[o] : whole_head_rotated ? e.s_rope[o] : e.s_rope[o] + e.s_qk[o]);
     if (rope) b += 4.0 * u_r * e.s_rope[o] + e.s_angle[o];          // rotation: tables, products, f32 angles
     b += std::min<double>(d, kLambda * std::sqrt(static_cast<double>(d))) * u32 * e.s_qk[o]; // f32 dot products
     b += 2.0 * u_s * e.s_score[o];                                   // score rounded, max subtracted

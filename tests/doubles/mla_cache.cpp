@@ -19,6 +19,7 @@
 #define MLA_V_FROM_K 1  // reads the appended v with K's row stride (head_dim a KV head): CACHE-CONTENT, EQUIV
 #define MLA_ROPE_ALL 2  // rotates every dim of q and k though a range is declared: CACHE-CONTENT, EQUIV
 #define MLA_MEMORY_2DK 3 // reports live bytes as if V rows had K's size (2 * head_dim a token): MEMORY
+#define MLA_Q_BF16 4     // correct, with q rounded to bf16 before RoPE and that declared (pipeline q = bf16): passes
 
 namespace {
 
@@ -87,6 +88,12 @@ void attend(const Cache& c, const Stream& s, const float* q, uint32_t pos, float
     for (uint32_t hq = 0; hq < Hq; ++hq) {
         const uint32_t g = hq / group;
         std::copy(q + size_t{hq} * d, q + size_t{hq + 1} * d, qr.begin());
+        if (KVC_MLA_DOUBLE == MLA_Q_BF16)
+            for (float& x : qr) {
+                uint8_t b[2];
+                kvc::ref::store_dtype(x, KVC_DTYPE_BF16, b);
+                x = kvc::ref::load_dtype(b, KVC_DTYPE_BF16);
+            }
         rope(c, qr.data(), pos);
         float m = -INFINITY;
         for (uint32_t j = 0; j <= pos; ++j) {
@@ -114,6 +121,9 @@ void get_caps(kvc_caps* out) {
     c.rope_variants = (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ);
     c.max_head_dim = 576;
     c.max_head_dim_v = 512;
+    if (KVC_MLA_DOUBLE == MLA_Q_BF16)
+        c.pipeline = {KVC_ROUND_BF16, KVC_ROUND_F32, KVC_ROUND_F32, KVC_ROUND_F32, KVC_ROUND_F32, KVC_ROUND_F32,
+                      KVC_PIPELINE_DECLARED};
     kvc::dbl::put_caps(out, c);
 }
 

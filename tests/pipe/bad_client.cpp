@@ -2,7 +2,7 @@
 // (or at hello, for the modes named so). Before that it answers hello, get_caps, create, memory and destroy correctly
 // for an f32 cache, so that the case reaches the call that misbehaves. Mode minor_2 breaks nothing: it speaks
 // protocol 1.2, whose caps and create frames are shorter, declares windows and a V head dim that 1.2 cannot carry,
-// and exits with status 5 on a create frame of any other length; its outputs are zeros (an EQUIV FAIL).
+// and exits with status 5 on a create frame of any other length; it answers no read_kv.
 #include "kvcheck/pipe/protocol.hpp"
 
 #include <unistd.h>
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
             }
             std::vector<unsigned char> body(kHelloReplyBytes, 0);
             put_u32(body.data(), kProtocolMajor);
-            put_u32(body.data() + 4, mode == "major_2" ? 0 : mode == "minor_2" ? 2 : kProtocolMinor);
+            put_u32(body.data() + 4, mode == "major_2" ? 0 : minor);
             if (mode == "major_2") put_u32(body.data(), 2);
             std::memcpy(body.data() + 8, "bad-client", 10);
             write_bytes(reply(h, KVC_OK, body));

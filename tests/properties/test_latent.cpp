@@ -167,6 +167,18 @@ TEST(LatentDoubles, TheCorrectCachePassesEveryProperty) {
     }
 }
 
+// A query rounded to bf16 before RoPE, declared: the rounding of the dims outside the RoPE range (512 of an MLA
+// head's 576) is in the bound as well as that of the rotated ones.
+TEST(LatentDoubles, ADeclaredBf16QueryPassesOutsideTheRopeRangeToo) {
+    const auto t = load_implementation("double-mla_q_bf16");
+    for (const char* id : {"EQUIV", "LAYERS", "GQA"}) {
+        int passed = 0;
+        const auto r = first_failure(t, id, 60, &passed);
+        EXPECT_FALSE(r.has_value()) << id << ": " << (r ? r->reason : "");
+        EXPECT_GT(passed, 0) << id;
+    }
+}
+
 TEST(LatentDoubles, EachBugFailsItsPropertyByName) {
     struct Expect {
         const char* name;
