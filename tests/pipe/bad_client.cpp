@@ -48,7 +48,7 @@ std::vector<unsigned char> reply(const Header& req, uint32_t status, const std::
     encode_header(h, f.data());
     put_u32(f.data() + 16, status);
     put_u64(f.data() + 24, kNoReading);
-    std::memcpy(f.data() + 32, body.data(), body.size());
+    if (!body.empty()) std::memcpy(f.data() + 32, body.data(), body.size()); // an empty vector's data() may be null
     return f;
 }
 
