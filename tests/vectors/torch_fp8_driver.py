@@ -25,10 +25,10 @@ FP8_CAPABILITIES = ["dtype fp8_e4m3", "dtype fp8_e5m2", "fp8 scale per tensor", 
 
 def torch_quantizer(torch, quant_np, clamp):
     """quantize_row for fp8 (the signature quant_np's has) with torch's cast making the codes."""
-    types = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+    fp8_types = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
     def quantize_row(x32, cfg, which, layer, head, bug=None):
-        dtype = types[cfg["dtype"]]
+        dtype = fp8_types[cfg["dtype"]]
         scale = quant_np.fp8_scale(cfg, which, layer, head)
         x = torch.from_numpy(np.ascontiguousarray(x32, np.float32)) / torch.tensor(scale, dtype=torch.float32)
         if clamp:

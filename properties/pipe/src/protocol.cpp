@@ -78,8 +78,8 @@ uint32_t abi_minor_of(uint32_t protocol_minor) {
 }
 uint32_t protocol_minor_of(uint32_t abi_minor) { return abi_minor < KVC_ABI_VERSION_MINOR ? abi_minor : kProtocolMinor; }
 
-std::size_t caps_reply_bytes(uint32_t minor) { return minor >= kWholeAbiMinor ? kCapsReplyBytes : 21 * 4; }
-std::size_t config_bytes(uint32_t minor) { return minor >= kWholeAbiMinor ? kConfigBytes : 14 * 4; }
+std::size_t caps_reply_bytes(uint32_t minor) { return minor >= kWholeAbiMinor ? kCapsReplyBytes : kCapsReplyBytes12; }
+std::size_t config_bytes(uint32_t minor) { return minor >= kWholeAbiMinor ? kConfigBytes : kConfigBytes12; }
 
 Shape shape_of(const kvc_config& c) {
     Shape s;
@@ -91,7 +91,7 @@ Shape shape_of(const kvc_config& c) {
     s.int8_scale_dtype = c.int8_scale_dtype;
     s.max_seqs = c.max_seqs;
     s.max_tokens = c.max_tokens;
-    s.head_dim_v = c.head_dim_v != 0 ? c.head_dim_v : c.head_dim;
+    s.head_dim_v = value_dim(c);
     return s;
 }
 

@@ -70,8 +70,10 @@ constexpr uint64_t kNoReading = ~uint64_t{0};
 // Fixed request sizes (before any array) and fixed reply body sizes (after the prefix).
 constexpr std::size_t kHelloRequestBytes = 8;       // u32 major, u32 minor
 constexpr std::size_t kHelloReplyBytes = 8 + 2 * kMaxNameBytes; // u32 major, minor, name, version
-constexpr std::size_t kCapsReplyBytes = 26 * 4;     // kvc_caps without struct_size, field by field (1.2: 21 fields)
-constexpr std::size_t kConfigBytes = 20 * 4;        // kvc_config without struct_size and pointers, + counts (1.2: 14)
+constexpr std::size_t kCapsReplyBytes = 26 * 4;     // kvc_caps without struct_size, field by field
+constexpr std::size_t kConfigBytes = 20 * 4;        // kvc_config without struct_size and pointers, + counts
+constexpr std::size_t kCapsReplyBytes12 = 21 * 4;   // the same below 1.3
+constexpr std::size_t kConfigBytes12 = 14 * 4;
 // The sizes at a connection's minor.
 std::size_t caps_reply_bytes(uint32_t minor);
 std::size_t config_bytes(uint32_t minor);
