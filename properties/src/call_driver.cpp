@@ -39,17 +39,24 @@ void CallDriver::measured(const char* name, F&& call) {
 }
 
 void CallDriver::check_lent(const char* call, std::initializer_list<Lending> lent) const {
+    const auto report = [&](const char* buffer, const std::string& what, std::size_t bytes, bool input) {
+        Mismatch m;
+        const bool into = input && what.rfind("wrote into", 0) == 0;
+        m.what = std::string(into ? "bytes of input `" : "bytes outside `") + buffer + "`";
+        m.expected = 0;
+        m.actual = static_cast<double>(bytes);
+        scope_.fail(what + ": an implementation may write only into the output buffers it is lent, within their size",
+                    m);
+    };
     for (const Lending& l : lent) {
         std::size_t bytes = 0;
         const std::string what = l.buffer->violation(call, l.input, &bytes);
-        if (what.empty()) continue;
-        Mismatch m;
-        m.what = "bytes outside `" + l.buffer->name() + "`";
-        m.expected = 0;
-        m.actual = static_cast<double>(bytes);
-        if (l.input != nullptr && what.rfind("wrote into", 0) == 0) m.what = "bytes of input `" + l.buffer->name() + "`";
-        scope_.fail(what + ": an implementation may write only into the output buffers it is lent, within their size",
-                    m);
+        if (!what.empty()) report(l.buffer->name(), what, bytes, l.input != nullptr);
+    }
+    if (const FarViolationSource far = far_violation_source()) {
+        const FarViolation* v = nullptr;
+        const std::size_t n = far(&v);
+        for (std::size_t i = 0; i < n; ++i) report(v[i].buffer, v[i].what, v[i].bytes, true);
     }
 }
 

@@ -52,15 +52,15 @@ std::atomic<int> g_fault_fd{-1};
 struct sigaction g_previous;
 bool g_installed = false;
 
-int claim_slot(uintptr_t lo, uintptr_t hi, uintptr_t start, std::size_t bytes, const std::string& name) {
+int claim_slot(uintptr_t lo, uintptr_t hi, uintptr_t start, std::size_t bytes, const char* name) {
     for (int i = 0; i < kSlots; ++i) {
         Slot& s = g_slots[i];
         if (s.lo.load(std::memory_order_relaxed) != 0) continue;
         s.hi = hi;
         s.start = start;
         s.bytes = bytes;
-        const std::size_t n = std::min(name.size(), sizeof s.name - 1);
-        std::memcpy(s.name, name.data(), n);
+        const std::size_t n = std::min(std::strlen(name), sizeof s.name - 1);
+        std::memcpy(s.name, name, n);
         s.name[n] = '\0';
         s.lo.store(lo, std::memory_order_release);
         return i;
@@ -146,24 +146,31 @@ void install_handler_once() {
 
 } // namespace
 
-// One mapping: [protected][pattern, kGuardBytes][payload][pattern, to the next page and at least kGuardBytes]
-// [protected]. Retired, only the middle (the pattern and payload pages) stays mapped.
-struct Lent::Region {
-    uint8_t* base = nullptr; // the mapping
-    std::size_t total = 0;
-    std::size_t guard = 0;   // protected bytes on each side; 0 once retired
-    uint8_t* payload = nullptr;
-    std::size_t after = 0;   // pattern bytes after the payload
-    int slot = -1;
-};
-
-void Lent::Unmap::operator()(Region* r) const {
-    if (r->slot >= 0) g_slots[r->slot].lo.store(0, std::memory_order_release);
-    munmap(r->base, r->total);
-    delete r;
+void Lent::release() {
+    if (region_.base == nullptr) return;
+    if (region_.slot >= 0) g_slots[region_.slot].lo.store(0, std::memory_order_release);
+    munmap(region_.base, region_.total);
+    region_ = Region{};
 }
 
-Lent::Lent(std::string name, std::size_t bytes, const void* input) : name_(std::move(name)), bytes_(bytes) {
+Lent::~Lent() { release(); }
+
+Lent::Lent(Lent&& other) noexcept : name_(other.name_), bytes_(other.bytes_), region_(other.region_) {
+    other.region_ = Region{};
+}
+
+Lent& Lent::operator=(Lent&& other) noexcept {
+    if (this != &other) {
+        release();
+        name_ = other.name_;
+        bytes_ = other.bytes_;
+        region_ = other.region_;
+        other.region_ = Region{};
+    }
+    return *this;
+}
+
+Lent::Lent(const char* name, std::size_t bytes, const void* input) : name_(name), bytes_(bytes) {
     if (bytes > (std::size_t{1} << 48)) throw std::bad_alloc();
     install_handler_once();
     const std::size_t page = page_size();
@@ -177,26 +184,26 @@ Lent::Lent(std::string name, std::size_t bytes, const void* input) : name_(std::
         munmap(m, total);
         throw std::bad_alloc();
     }
-    region_.reset(new Region{base, total, guard, base + guard + kGuardBytes, rw_end - guard - kGuardBytes - bytes, -1});
-    uint8_t* p = region_->payload;
+    region_ = Region{base, total, guard, base + guard + kGuardBytes, rw_end - guard - kGuardBytes - bytes, -1};
+    uint8_t* p = region_.payload;
     for (std::size_t i = 0; i < kGuardBytes; ++i) (p - kGuardBytes)[i] = pattern(i);
-    for (std::size_t i = 0; i < region_->after; ++i) p[bytes + i] = pattern(i);
+    for (std::size_t i = 0; i < region_.after; ++i) p[bytes + i] = pattern(i);
     if (input != nullptr && bytes > 0)
         std::memcpy(p, input, bytes);
     else
         fill_nan(p, bytes);
-    region_->slot = claim_slot(reinterpret_cast<uintptr_t>(base), reinterpret_cast<uintptr_t>(base + total),
-                               reinterpret_cast<uintptr_t>(p), bytes, name_);
+    region_.slot = claim_slot(reinterpret_cast<uintptr_t>(base), reinterpret_cast<uintptr_t>(base + total),
+                              reinterpret_cast<uintptr_t>(p), bytes, name_);
 }
 
-void* Lent::data() { return region_->payload; }
-const void* Lent::data() const { return region_->payload; }
+void* Lent::data() { return region_.payload; }
+const void* Lent::data() const { return region_.payload; }
 
 std::string Lent::violation(const char* call, const void* input, std::size_t* bytes) const {
-    const uint8_t* b = region_->payload - kGuardBytes; // the pattern before
-    const uint8_t* after = region_->payload + bytes_;
+    const uint8_t* b = region_.payload - kGuardBytes; // the pattern before
+    const uint8_t* after = region_.payload + bytes_;
     std::size_t past = 0, before = 0;
-    for (std::size_t i = region_->after; i-- > 0;)
+    for (std::size_t i = region_.after; i-- > 0;)
         if (after[i] != pattern(i)) {
             past = i + 1;
             break;
@@ -210,10 +217,10 @@ std::string Lent::violation(const char* call, const void* input, std::size_t* by
         return (n == zone ? "at least " : "") + std::to_string(n) + (n == 1 ? " byte" : " bytes");
     };
     std::string what;
-    if (past > 0) what = "wrote " + extent(past, region_->after) + " past `" + name_ + "`";
+    if (past > 0) what = "wrote " + extent(past, region_.after) + " past `" + name_ + "`";
     if (before > 0)
         what += (what.empty() ? "wrote " : " and ") + extent(before, kGuardBytes) + " before `" + name_ + "`";
-    const uint8_t* payload = region_->payload;
+    const uint8_t* payload = region_.payload;
     if (what.empty() && input != nullptr && bytes_ > 0 && std::memcmp(payload, input, bytes_) != 0) {
         std::size_t i = 0;
         while (payload[i] == static_cast<const uint8_t*>(input)[i]) ++i;
@@ -226,11 +233,11 @@ std::string Lent::violation(const char* call, const void* input, std::size_t* by
     return what + " in " + call + " (a " + std::to_string(bytes_) + "-byte buffer lent by the harness)";
 }
 
-void Lent::poison() { fill_nan(region_->payload, bytes_); }
+void Lent::poison() { fill_nan(region_.payload, bytes_); }
 
 void Lent::retire() {
     poison();
-    Region& r = *region_;
+    Region& r = region_;
     if (r.guard == 0) return;
     if (r.slot >= 0) g_slots[r.slot].lo.store(0, std::memory_order_release);
     r.slot = -1;
@@ -245,5 +252,11 @@ LentCall::LentCall(const char* call) : previous_(g_call.exchange(call, std::memo
 LentCall::~LentCall() { g_call.store(previous_, std::memory_order_relaxed); }
 
 void report_guard_faults_to(int fd) { g_fault_fd.store(fd, std::memory_order_relaxed); }
+
+namespace {
+FarViolationSource g_far = nullptr;
+}
+void set_far_violation_source(FarViolationSource source) { g_far = source; }
+FarViolationSource far_violation_source() { return g_far; }
 
 } // namespace kvc::prop

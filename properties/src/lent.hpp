@@ -13,12 +13,13 @@
 // reaches the protected pages too: it is caught either way.
 //
 // Cheap enough to run around every call: one mapping per buffer, the payload a copy of what the harness would have
-// lent (inputs) or NaN-filled (outputs); checking compares the pattern zones and, for inputs, the payload.
+// lent (inputs) or NaN-filled (outputs); checking compares the pattern zones and, for inputs, the payload. A Lent
+// takes nothing from the malloc heap (its name is a literal, its bookkeeping lives in the object), so that lending
+// inside a process whose heap is watched (kvcheck serve-plugin reports its allocator reading) moves no reading.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 
 namespace kvc::prop {
@@ -35,15 +36,19 @@ public:
     // `name` is what messages call the buffer ("out", "k_out", "kvc_memory"). With `input` the payload is a copy of
     // it and must be unchanged after the call; without, it is filled with quiet NaN bytes (0x7fc00000 per float).
     // Throws std::bad_alloc when the mapping cannot be made.
-    Lent(std::string name, std::size_t bytes, const void* input = nullptr);
-    Lent(Lent&&) noexcept = default;
-    Lent& operator=(Lent&&) noexcept = default;
+    // `name` must outlive the Lent (a string literal).
+    Lent(const char* name, std::size_t bytes, const void* input = nullptr);
+    Lent(Lent&& other) noexcept;
+    Lent& operator=(Lent&& other) noexcept;
+    Lent(const Lent&) = delete;
+    Lent& operator=(const Lent&) = delete;
+    ~Lent();
 
     void* data();
     const void* data() const;
     template <typename T> T* as() { return static_cast<T*>(data()); }
     std::size_t size() const { return bytes_; }
-    const std::string& name() const { return name_; }
+    const char* name() const { return name_; }
 
     // Empty when the call stayed inside the buffer; otherwise what it did, in words naming the buffer and the call:
     // "wrote 4 bytes past `out` in append_attend". The extent is the farthest changed guard byte from the buffer
@@ -58,13 +63,20 @@ public:
     void retire();
 
 private:
-    struct Region;
-    struct Unmap {
-        void operator()(Region* r) const;
+    // One mapping: [protected][pattern, kGuardBytes][payload][pattern, to the next page and at least kGuardBytes]
+    // [protected]. Retired, only the middle (the pattern and payload pages) stays mapped. base == nullptr: moved from.
+    struct Region {
+        uint8_t* base = nullptr;
+        std::size_t total = 0;
+        std::size_t guard = 0; // protected bytes on each side; 0 once retired
+        uint8_t* payload = nullptr;
+        std::size_t after = 0; // pattern bytes after the payload
+        int slot = -1;
     };
-    std::string name_;
+    void release();
+    const char* name_ = "";
     std::size_t bytes_ = 0;
-    std::unique_ptr<Region, Unmap> region_;
+    Region region_;
 };
 
 // Names the call under way while it lives, for the message of a fault in a protected guard. `call` must outlive it
@@ -87,5 +99,20 @@ void report_guard_faults_to(int fd);
 
 // The line's tag on a result descriptor.
 constexpr char kGuardFaultTag = 'G';
+
+// What a call did to buffers lent on the far side of a process boundary. Through the pipe route the plugin runs in
+// `kvcheck serve-plugin`, which lends it guarded copies exactly as the call driver does here and sends what
+// violation() found with its reply; the proxy hands that over through this source, and the call driver reports it
+// after the call as if its own guards had found it, so that both routes give one verdict.
+struct FarViolation {
+    const char* buffer; // the buffer's name, as violation() words it ("out", "k_scales")
+    const char* what;   // violation()'s words
+    std::size_t bytes;  // violation()'s *bytes
+};
+// Gives the violations of the call that just returned (valid until the next call), and forgets them.
+using FarViolationSource = std::size_t (*)(const FarViolation** out);
+// nullptr (the default): nothing is lent far away.
+void set_far_violation_source(FarViolationSource source);
+FarViolationSource far_violation_source();
 
 } // namespace kvc::prop

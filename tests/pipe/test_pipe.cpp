@@ -63,7 +63,18 @@ INSTANTIATE_TEST_SUITE_P(Doubles, Parity,
                                            "libkvcheck_double_win_no_free.so", "libkvcheck_double_pipe_fixed_decl.so",
                                            "libkvcheck_double_pipe_fixed_plain.so", "libkvcheck_double_mla_correct.so",
                                            "libkvcheck_double_mla_v_from_k.so",
-                                           "libkvcheck_cpu_engine_plugin.so"),
+                                           "libkvcheck_cpu_engine_plugin.so",
+                                           // writes outside what they are lent: serve-plugin guards its buffers
+                                           "libkvcheck_double_overrun_out_past.so",
+                                           "libkvcheck_double_overrun_memory_past.so",
+                                           "libkvcheck_double_overrun_k_out_before.so",
+                                           "libkvcheck_double_overrun_length_past.so",
+                                           "libkvcheck_double_overrun_writes_q.so",
+                                           "libkvcheck_double_overrun_batch_out_past.so",
+                                           "libkvcheck_double_reach_out_before.so",
+                                           "libkvcheck_double_reach_out_past_320.so",
+                                           "libkvcheck_double_reach_out_rows_past.so",
+                                           "libkvcheck_double_config_scales_writer.so"),
                          [](const auto& info) {
                              std::string n = info.param.substr(3, info.param.size() - 6);
                              for (char& c : n)
@@ -176,3 +187,62 @@ TEST(Pipe, HandshakeFailures) {
 }
 
 } // namespace
+
+// --isolation server (issue 42, item 1): the plugin runs in `kvcheck serve-plugin`, and the case process that grades
+// never loads it. A plugin that forges its verdict from inside the grading process (a relay that rewrites FAIL to
+// PASS on every pipe it can write to; a hand-made PASS line and exit 0) reaches only the protocol there: its NaN
+// outputs are judged, or its garbage breaks the connection. Both forgers end CONFORMANT under fork isolation (seen by
+// hand, docs/bad-input.md), which is why this route exists.
+struct Forger {
+    const char* lib;
+    const char* column; // the verdict every EQUIV case must get
+};
+
+void PrintTo(const Forger& f, std::ostream* os) { *os << f.lib; }
+
+class ServerIsolation : public ::testing::TestWithParam<Forger> {};
+
+TEST_P(ServerIsolation, AForgerEndsNotConformant) {
+    const Forger f = GetParam();
+    const fs::path dir = fresh_test_dir(kWork, "forger_");
+    const Outcome o = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + f.lib) +
+                                           " --isolation server --profile core --cases 2 --filter EQUIV --timeout 3"
+                                           " --report r.json");
+    ASSERT_EQ(o.rc, 1) << o.all();
+    EXPECT_NE(o.out.find("isolation: server"), std::string::npos) << o.out;
+    const nlohmann::json j = nlohmann::json::parse(read_file(dir / "r.json"));
+    for (const auto& c : j.at("implementations").at(0).at("cases")) EXPECT_EQ(c.at("verdict"), f.column) << o.all();
+}
+
+INSTANTIATE_TEST_SUITE_P(Forgers, ServerIsolation,
+                         ::testing::Values(Forger{"libkvcheck_double_relay_forger.so", "TIMEOUT"},
+                                           Forger{"libkvcheck_double_line_forger.so", "ERROR"}),
+                         [](const auto& info) { return std::string(info.param.lib).substr(18, 5); });
+
+// Behind the server every case gets the verdict it gets in the grading process (the guards, NO-Q's mirror and the
+// breakdowns carry over): a correct double, a query keeper, a scribbler past `out`, a crash.
+TEST(ServerIsolationParity, GivesThePluginRoutesVerdicts) {
+    for (const char* lib : {"libkvcheck_double_correct.so", "libkvcheck_double_q_keeper.so",
+                            "libkvcheck_double_overrun_out_past.so", "libkvcheck_double_crash.so"}) {
+        const fs::path dir = fresh_test_dir(kWork, "server_parity_");
+        const std::string common = " --profile core --cases 3 --timeout 20";
+        const Outcome a = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) + common + " --report a.json");
+        const Outcome b = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) + common +
+                                               " --isolation server --report b.json");
+        EXPECT_EQ(a.rc, b.rc) << lib << "\n" << b.all();
+        EXPECT_EQ(verdicts_by_case(dir / "a.json"), verdicts_by_case(dir / "b.json")) << lib << "\n" << b.all();
+    }
+}
+
+// What the server cannot judge is refused before any case (exit 2), never half judged.
+TEST(ServerIsolationParity, RefusesWhatItCannotJudge) {
+    const fs::path dir = fresh_test_dir(kWork, "server_refuses_");
+    const Outcome builtin = run_kvcheck(dir, "validate --builtin example --isolation server --cases 1");
+    EXPECT_EQ(builtin.rc, 2) << builtin.all();
+    EXPECT_NE(builtin.err.find("--isolation server serves a plugin"), std::string::npos) << builtin.all();
+    const Outcome model = run_kvcheck(
+        dir, "validate --plugin " + quote(kLib + "/libkvcheck_model_double_layer_cache.so") +
+                 " --isolation server --cases 1");
+    EXPECT_EQ(model.rc, 2) << model.all();
+    EXPECT_NE(model.err.find("operation level only"), std::string::npos) << model.all();
+}

@@ -15,6 +15,7 @@
 #include <cctype>
 #include <csignal>
 #include <regex>
+#include <filesystem>
 #include <sstream>
 
 namespace kvc::harness {
@@ -136,7 +137,9 @@ Subject load_builtin(const Builtin& b, const IsolationOptions& o) {
 
 const char* level_name(Level l) { return l == Level::Model ? "model" : "operation"; }
 
-const char* isolation_name(Isolation i) { return i == Isolation::Exec ? "exec" : "fork"; }
+const char* isolation_name(Isolation i) {
+    return i == Isolation::Exec ? "exec" : i == Isolation::Server ? "server" : "fork";
+}
 
 std::string shell_quote(const std::string& s) {
     const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -241,8 +244,41 @@ std::vector<Subject> load_subjects(const std::string& plugin, const std::string&
     return out;
 }
 
+namespace {
+
+// --isolation server: the plugin is probed as usual (in a probe child), then judged through the pipe route with
+// `kvcheck serve-plugin PATH` as the client, so that no process that grades ever runs the plugin's code. The model
+// level and the device watch still need the plugin in the process that grades: refused here, never half judged.
+Subject load_served(const std::string& plugin, const std::string& builtin, const std::string& connect,
+                    const IsolationOptions& o) {
+    if (plugin.empty() || !builtin.empty() || !connect.empty())
+        throw BadInput("--isolation server serves a plugin: give --plugin PATH (a built-in is kvcheck's own code, and "
+                       "--connect runs its own process already)");
+    IsolationOptions in_process = o;
+    in_process.isolation = "auto";
+    const Subject probed = load_subjects(plugin, "", false, in_process).front();
+    if (probed.model)
+        throw BadInput(plugin + ": --isolation server judges the operation level only, and this plugin exports a "
+                                "model table; judge it without --isolation server");
+    if (probed.target.caps.memory_space == KVC_MEMORY_DEVICE)
+        throw BadInput(plugin + ": --isolation server cannot watch device memory (the watch reads in the process that "
+                                "loads the plugin); judge it without --isolation server");
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) throw std::runtime_error("--isolation server: cannot find kvcheck's own executable (/proc/self/exe)");
+    const std::string file = std::filesystem::absolute(probed.plugin_file).string();
+    Subject s = load_connected(shell_quote(self.string()) + " serve-plugin " + shell_quote(file), o);
+    s.target.origin = probed.plugin_file + " (served by kvcheck serve-plugin)";
+    s.target_args = "--plugin " + shell_quote(plugin);
+    s.isolation = Isolation::Server;
+    return s;
+}
+
+} // namespace
+
 std::vector<Subject> subjects_of(const std::string& plugin, const std::string& builtin, const std::string& connect,
                                  bool allow_all, const IsolationOptions& o, std::vector<Skipped>* skipped) {
+    if (o.isolation == "server") return {load_served(plugin, builtin, connect, o)};
     if (connect.empty()) return load_subjects(plugin, builtin, allow_all, o, skipped);
     if (!plugin.empty() || !builtin.empty())
         throw BadInput("give exactly one of --plugin PATH, --builtin NAME or --connect COMMAND");

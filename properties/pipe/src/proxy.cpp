@@ -9,6 +9,7 @@
 #include "channel.hpp"
 #include "kvcheck/pipe/protocol.hpp"
 #include "kvcheck/properties/sanitizers.hpp"
+#include "lent.hpp"
 
 #include <cstdarg>
 #include <cstdio>
@@ -34,6 +35,13 @@ struct Slot {
     char error[kTextBytes] = "";
 };
 
+// A lent-buffer violation the client reported (protocol 1.4), in fixed storage: handed to the call driver as
+// prop::FarViolation after the call.
+struct FarText {
+    char buffer[kMaxNameBytes + 1];
+    char what[kMaxMessageBytes + 1];
+};
+
 struct Connection {
     Channel channel;
     double timeout_s = 30;
@@ -49,6 +57,9 @@ struct Connection {
     char create_error[kTextBytes] = "(no error)";
     uint64_t baseline = kNoReading; // the client's first reading
     void* mirror = nullptr;
+    FarText far_text[kMaxLentViolations];
+    prop::FarViolation far[kMaxLentViolations];
+    std::size_t n_far = 0; // of the last reply, until the call driver takes them
     Slot slots[kMaxCaches];
 };
 
@@ -95,6 +106,15 @@ void follow_reading(uint64_t reading) {
     if (void* p = std::realloc(c.mirror, want)) c.mirror = p;
 }
 
+// The call driver's far-violation source (lent.hpp) while a client is connected.
+std::size_t take_far_violations(const prop::FarViolation** out) {
+    Connection& c = conn();
+    *out = c.far;
+    const std::size_t n = c.n_far;
+    c.n_far = 0;
+    return n;
+}
+
 // How the client ended, for a message: waits a little for it, since an EOF often comes just before the exit status.
 const char* ending(char* buf, std::size_t cap) {
     conn().channel.describe_end(1.0, buf, cap);
@@ -113,6 +133,7 @@ kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iove
         return KVC_ERR_INTERNAL;
     }
     const uint32_t seq = ++c.seq;
+    c.n_far = 0;
     char detail[kTextBytes];
     unsigned char stray[64];
     if (const std::size_t n = c.channel.unrequested(stray, sizeof stray)) {
@@ -170,32 +191,69 @@ kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iove
     if (r != IoEnd::Done) return broke_reading(r, "header");
     const Header rh = decode_header(rhead);
     const uint32_t status = get_u32(rhead + kHeaderBytes);
-    const uint32_t zero = get_u32(rhead + kHeaderBytes + 4);
+    const uint32_t flags = get_u32(rhead + kHeaderBytes + 4);
     const uint64_t rd = get_u64(rhead + kHeaderBytes + 8);
     const auto bad = [&](const char* what_fmt, unsigned long long a, unsigned long long b) {
         say(detail, sizeof detail, what_fmt, a, b);
         return fail(Breakdown::Kind::Error, msg_out, "bad reply frame to %s (request #%u): %s", name, seq, detail);
     };
+    const uint32_t known_flags = c.minor >= kLentReportMinor ? kReplyLentViolations : 0;
     if (rh.magic != kMagic) return bad("magic 0x%08llx where the frame must start with 0x%08llx (\"KVCP\")", rh.magic, kMagic);
     if (rh.opcode != (op | kReplyBit)) return bad("opcode 0x%04llx, expected 0x%04llx", rh.opcode, op | kReplyBit);
-    if (rh.reserved != 0 || zero != 0) return bad("reserved fields %llu and %llu are not 0", rh.reserved, zero);
+    if (rh.reserved != 0 || (flags & ~known_flags) != 0)
+        return bad("reserved field %llu or flags 0x%llx not of this protocol minor", rh.reserved, flags);
     if (rh.seq != seq) return bad("request number %llu, expected %llu", rh.seq, seq);
     if (rh.length < kReplyPrefixBytes) return bad("length %llu, shorter than the %llu-byte reply prefix", rh.length, kReplyPrefixBytes);
     if (status > KVC_ERR_EVICTED) return bad("status %llu, not a kvc_status (0..%llu)", status, KVC_ERR_EVICTED);
+    // What follows the prefix; every part is read against it, never beyond.
+    uint64_t rest = rh.length - kReplyPrefixBytes;
+    const auto take = [&](void* p, std::size_t n) {
+        struct iovec v{p, n};
+        return n == 0 ? IoEnd::Done : c.channel.read_exact(&v, 1, n, c.timeout_s, &got);
+    };
+    if (flags & kReplyLentViolations) {
+        unsigned char count4[4];
+        if (rest < 4) return bad("length %llu: a lent-buffer block needs at least %llu", rh.length, kReplyPrefixBytes + 4);
+        if ((r = take(count4, 4)) != IoEnd::Done) return broke_reading(r, "lent-buffer block");
+        rest -= 4;
+        const uint32_t count = get_u32(count4);
+        if (count == 0 || count > kMaxLentViolations)
+            return bad("%llu lent-buffer violations (1 to %llu)", count, kMaxLentViolations);
+        for (uint32_t i = 0; i < count; ++i) {
+            unsigned char vh[kLentViolationHeadBytes];
+            if (rest < sizeof vh) return bad("length %llu ends inside lent-buffer violation %llu", rh.length, i);
+            if ((r = take(vh, sizeof vh)) != IoEnd::Done)
+                return broke_reading(r, "lent-buffer violation");
+            rest -= sizeof vh;
+            const uint32_t name_len = get_u32(vh + 8), what_len = get_u32(vh + 12);
+            if (name_len > kMaxNameBytes || what_len > kMaxMessageBytes)
+                return bad("a lent-buffer violation with a %llu-byte name and %llu bytes of words", name_len, what_len);
+            if (rest < uint64_t{name_len} + what_len)
+                return bad("length %llu ends inside lent-buffer violation %llu", rh.length, i);
+            FarText& t = c.far_text[i];
+            if ((r = take(t.buffer, name_len)) != IoEnd::Done ||
+                (r = take(t.what, what_len)) != IoEnd::Done)
+                return broke_reading(r, "lent-buffer violation");
+            rest -= uint64_t{name_len} + what_len;
+            t.buffer[name_len] = 0;
+            t.what[what_len] = 0;
+            for (char* x : {t.buffer, t.what})
+                for (char* p = x; *p; ++p)
+                    if (static_cast<unsigned char>(*p) < 0x20) *p = ' ';
+            c.far[i] = {t.buffer, t.what, static_cast<std::size_t>(get_u64(vh))};
+        }
+        c.n_far = count;
+    }
     if (status != KVC_OK) {
         unsigned char len4[4];
-        struct iovec lv{len4, 4};
-        if (rh.length < kReplyPrefixBytes + 4) return bad("length %llu: an error reply needs at least %llu", rh.length, kReplyPrefixBytes + 4);
-        r = c.channel.read_exact(&lv, 1, 4, c.timeout_s, &got);
-        if (r != IoEnd::Done) return broke_reading(r, "error message length");
+        if (rest < 4) return bad("length %llu: an error reply needs at least %llu", rh.length, rh.length - rest + 4);
+        if ((r = take(len4, 4)) != IoEnd::Done) return broke_reading(r, "error message length");
         const uint32_t n = get_u32(len4);
         if (n > kMaxMessageBytes) return bad("error message of %llu bytes (at most %llu)", n, kMaxMessageBytes);
-        if (rh.length != kReplyPrefixBytes + 4 + n)
-            return bad("length %llu, but an error reply with its message is %llu bytes", rh.length, kReplyPrefixBytes + 4 + n);
+        if (rest != 4 + uint64_t{n})
+            return bad("length %llu, but an error reply with its message is %llu bytes", rh.length, rh.length - rest + 4 + n);
         char text[kMaxMessageBytes + 1];
-        struct iovec tv{text, n};
-        r = c.channel.read_exact(&tv, 1, n, c.timeout_s, &got);
-        if (r != IoEnd::Done) return broke_reading(r, "error message");
+        if ((r = take(text, n)) != IoEnd::Done) return broke_reading(r, "error message");
         text[n] = 0;
         for (uint32_t i = 0; i < n; ++i)
             if (text[i] == 0) text[i] = ' ';
@@ -204,8 +262,8 @@ kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iove
         follow_reading(rd);
         return static_cast<kvc_status>(status);
     }
-    if (rh.length != kReplyPrefixBytes + body)
-        return bad("length %llu, but this reply is exactly %llu bytes", rh.length, kReplyPrefixBytes + body);
+    if (rest != body)
+        return bad("length %llu, but this reply is exactly %llu bytes", rh.length, rh.length - rest + body);
     r = c.channel.read_exact(out, n_out, body, c.timeout_s, &got);
     if (r != IoEnd::Done) return broke_reading(r, "body");
     if (reading) *reading = rd;
@@ -433,6 +491,7 @@ void reset() {
     Connection& c = conn();
     c.channel.kill_client();
     std::free(c.mirror);
+    prop::set_far_violation_source(nullptr);
     c.~Connection();
     new (&c) Connection();
 }
@@ -475,6 +534,8 @@ void handshake(const std::string& command) {
     c.baseline = reading;
     c.mirrored = c.mirrored && reading != kNoReading;
     if (c.mirrored) c.mirror = std::malloc(kMirrorBase);
+    // What the client's guards find (1.4) reaches the call driver as its own guards' findings.
+    prop::set_far_violation_source(take_far_violations);
     kvc_plugin_api& t = c.table;
     t.struct_size = sizeof t;
     t.abi_major = KVC_ABI_VERSION_MAJOR;

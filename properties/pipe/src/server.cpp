@@ -2,6 +2,7 @@
 
 #include "channel.hpp"
 #include "kvcheck/pipe/protocol.hpp"
+#include "lent.hpp"
 
 #include <sys/uio.h>
 #include <unistd.h>
@@ -9,11 +10,32 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <vector>
 
 namespace kvc::pipe {
 namespace {
 
 constexpr int kMaxCaches = 256;
+// Retired lent buffers kept mapped (poisoned) so that a pointer the plugin kept reads NaN, as under the harness; the
+// oldest is unmapped beyond this many (each is a few pages and a mapping or two of the process's limit).
+constexpr std::size_t kGraveyard = 4096;
+
+using prop::Lent;
+
+// A buffer lent for one call, and what its payload must still equal afterwards (inputs); nullptr for outputs.
+struct Lending {
+    Lent* buffer;
+    const void* input;
+};
+
+// What the guards found after a call, in fixed storage: the reply's lent-buffer block (or, below 1.4, its error).
+struct Violation {
+    const char* buffer = "";
+    uint64_t bytes = 0;
+    uint32_t length = 0;
+    char what[kMaxMessageBytes];
+};
 
 // Blocking exact read; false at an end or an error (`*got` says how far it came).
 bool read_exact(int fd, unsigned char* p, std::size_t n, std::size_t* got) {
@@ -56,7 +78,9 @@ struct Served {
 class Server {
 public:
     Server(const kvc_plugin_api* api, const kvc_caps& caps, int in, int out, const ServeOptions& o)
-        : api_(api), caps_(caps), in_(in), out_(out), o_(o) {}
+        : api_(api), caps_(caps), in_(in), out_(out), o_(o) {
+        graveyard_.reserve(kGraveyard); // before the first reading: the graveyard never moves the heap later
+    }
 
     int run() {
         for (;;) {
@@ -78,11 +102,8 @@ public:
             seq_ = h.seq;
             op_ = h.opcode;
             len_ = h.length;
+            n_violations_ = 0;
             if (!dispatch()) return 2;
-            // Poison what the plugin was lent: a pointer it kept reads NaN from now on, as under the harness.
-            std::memset(req_, 0xff, len_);
-            if (out_used_) std::memset(out_buf_.data(), 0xff, out_used_);
-            out_used_ = 0;
         }
     }
 
@@ -96,15 +117,50 @@ private:
     }
 
     bool reply(kvc_status st, const char* message, struct iovec* body, int n_body) {
+        char converted[kMaxMessageBytes];
+        if (n_violations_ > 0 && minor_ < kLentReportMinor) {
+            // A peer below 1.4 cannot be told in the prefix: the call fails with the guards' words instead.
+            std::snprintf(converted, sizeof converted, "kvcheck serve-plugin: the plugin %.*s",
+                          static_cast<int>(violations_[0].length), violations_[0].what);
+            st = KVC_ERR_INTERNAL;
+            message = converted;
+            n_violations_ = 0;
+        }
         const uint64_t reading = o_.reading ? o_.reading() : kNoReading;
-        unsigned char head[kHeaderBytes + kReplyPrefixBytes + 4];
+        unsigned char head[kHeaderBytes + kReplyPrefixBytes], mlen_bytes[4];
+        unsigned char block[4 + kMaxLentViolations * kLentViolationHeadBytes];
         std::size_t length = kReplyPrefixBytes;
         uint32_t mlen = 0;
+        struct iovec all[8 + 3 * kMaxLentViolations];
+        int n = 0;
+        all[n++] = {head, kHeaderBytes + kReplyPrefixBytes};
+        if (n_violations_ > 0) {
+            put_u32(block, static_cast<uint32_t>(n_violations_));
+            all[n++] = {block, 4};
+            for (std::size_t i = 0; i < n_violations_; ++i) {
+                const Violation& v = violations_[i];
+                unsigned char* h = block + 4 + i * kLentViolationHeadBytes;
+                const uint32_t name_len = static_cast<uint32_t>(std::min<std::size_t>(std::strlen(v.buffer), kMaxNameBytes));
+                put_u64(h, v.bytes);
+                put_u32(h + 8, name_len);
+                put_u32(h + 12, v.length);
+                all[n++] = {h, kLentViolationHeadBytes};
+                all[n++] = {const_cast<char*>(v.buffer), name_len};
+                all[n++] = {const_cast<char*>(v.what), v.length};
+            }
+            for (int i = 1; i < n; ++i) length += all[i].iov_len;
+        }
         if (st != KVC_OK) {
             mlen = static_cast<uint32_t>(std::min<std::size_t>(std::strlen(message), kMaxMessageBytes));
             length += 4 + mlen;
+            put_u32(mlen_bytes, mlen);
+            all[n++] = {mlen_bytes, 4};
+            all[n++] = {const_cast<char*>(message), mlen};
         } else {
-            for (int i = 0; i < n_body; ++i) length += body[i].iov_len;
+            for (int i = 0; i < n_body; ++i) {
+                length += body[i].iov_len;
+                all[n++] = body[i];
+            }
         }
         Header h;
         h.opcode = static_cast<uint16_t>(op_ | kReplyBit);
@@ -112,18 +168,8 @@ private:
         h.length = static_cast<uint32_t>(length);
         encode_header(h, head);
         put_u32(head + kHeaderBytes, st);
-        put_u32(head + kHeaderBytes + 4, 0);
+        put_u32(head + kHeaderBytes + 4, n_violations_ > 0 ? kReplyLentViolations : 0);
         put_u64(head + kHeaderBytes + 8, reading);
-        struct iovec all[4];
-        int n = 0;
-        if (st != KVC_OK) {
-            put_u32(head + kHeaderBytes + kReplyPrefixBytes, mlen);
-            all[n++] = {head, sizeof head};
-            all[n++] = {const_cast<char*>(message), mlen};
-        } else {
-            all[n++] = {head, kHeaderBytes + kReplyPrefixBytes};
-            for (int i = 0; i < n_body; ++i) all[n++] = body[i];
-        }
         if (!write_all(out_, all, n)) {
             std::fprintf(stderr, "kvcheck serve-plugin: cannot write the reply to %s (%s)\n", opcode_name(op_),
                          std::strerror(errno));
@@ -150,9 +196,32 @@ private:
         if (id == 0 || id > kMaxCaches || !caches_[id - 1].cache) return nullptr;
         return &caches_[id - 1];
     }
-    unsigned char* out(uint64_t bytes) {
-        out_used_ = static_cast<std::size_t>(bytes);
-        return out_buf_.reserve(out_used_);
+    // After a call: what it did outside the buffers it was lent, as the call driver's guards word it.
+    void check_lent(const char* call, std::initializer_list<Lending> lent) {
+        for (const Lending& l : lent) {
+            std::size_t bytes = 0;
+            const std::string what = l.buffer->violation(call, l.input, &bytes);
+            if (what.empty() || n_violations_ == kMaxLentViolations) continue;
+            Violation& v = violations_[n_violations_++];
+            v.buffer = l.buffer->name();
+            v.bytes = bytes;
+            v.length = static_cast<uint32_t>(std::min<std::size_t>(what.size(), sizeof v.what));
+            std::memcpy(v.what, what.data(), v.length);
+        }
+    }
+    // After the reply: the buffers are poisoned and kept, so that a pointer the plugin kept reads NaN.
+    void bury(std::initializer_list<Lent*> lent) {
+        for (Lent* l : lent) {
+            l->retire();
+            if (graveyard_.size() < kGraveyard) graveyard_.push_back(std::move(*l));
+            else graveyard_[oldest_++ % kGraveyard] = std::move(*l);
+        }
+    }
+    // The guards' fault handler names the call under way (a far stray write faults in a protected page).
+    template <typename F>
+    kvc_status lent_call(const char* call, F&& f) {
+        const prop::LentCall naming(call);
+        return f();
     }
 
     bool dispatch() {
@@ -191,6 +260,9 @@ private:
                 api_->destroy(s->cache);
                 s->cache = nullptr;
             }
+            bool any = false;
+            for (const Served& c : caches_) any = any || c.cache != nullptr;
+            if (!any) graveyard_.clear(); // no cache can hold a pointer into them any more
             return ok();
         }
         case kAppendAttend: return append();
@@ -201,20 +273,32 @@ private:
             if (len_ != kSeqLengthRequestBytes) return wrong_length(kSeqLengthRequestBytes);
             Served* s = cache_at(0);
             if (!s) return error(KVC_ERR_INVALID_ARGUMENT, "unknown cache handle");
-            uint32_t n = 0;
-            const kvc_status st = api_->seq_length(s->cache, get_u32(req_ + 8), get_u32(req_ + 12), &n);
+            Lent n("seq_length's out", sizeof(uint32_t));
+            const kvc_status st = lent_call("seq_length", [&] {
+                return api_->seq_length(s->cache, get_u32(req_ + 8), get_u32(req_ + 12), n.as<uint32_t>());
+            });
+            check_lent("seq_length", {{&n, nullptr}});
+            uint32_t length = 0;
+            std::memcpy(&length, n.data(), sizeof length);
             unsigned char b[kSeqLengthReplyBytes] = {};
-            put_u32(b, n);
+            put_u32(b, length);
             struct iovec v{b, sizeof b};
-            return status(st, s->cache, &v, 1);
+            const bool sent = status(st, s->cache, &v, 1);
+            bury({&n});
+            return sent;
         }
         case kMemory: {
             if (len_ != kCacheRequestBytes) return wrong_length(kCacheRequestBytes);
             Served* s = cache_at(0);
             if (!s) return error(KVC_ERR_INVALID_ARGUMENT, "unknown cache handle");
-            kvc_memory m{};
-            m.struct_size = sizeof m;
-            const kvc_status st = api_->memory(s->cache, &m);
+            kvc_memory init{};
+            init.struct_size = sizeof init;
+            Lent lm("kvc_memory", sizeof init, &init);
+            const kvc_status st = lent_call("memory", [&] { return api_->memory(s->cache, lm.as<kvc_memory>()); });
+            check_lent("memory", {{&lm, nullptr}});
+            kvc_memory m;
+            std::memcpy(&m, lm.data(), sizeof m);
+            bury({&lm});
             unsigned char b[kMemoryReplyBytes] = {};
             put_u32(b, m.block_size);
             put_u64(b + 8, m.live_bytes);
@@ -248,17 +332,31 @@ private:
         if (len_ != fixed + a.bytes()) return wrong_length(fixed + a.bytes());
         if (a.n_windows != 0 && a.n_windows != c.n_layers)
             return error(KVC_ERR_INVALID_ARGUMENT, "kvcheck serve-plugin: n_windows is neither 0 nor n_layers");
-        if (a.n_scales) {
-            c.k_scales = reinterpret_cast<const float*>(req_ + fixed);
-            c.v_scales = reinterpret_cast<const float*>(req_ + fixed + a.n_scales * 4u);
-        }
-        if (a.n_windows) c.windows = reinterpret_cast<const uint32_t*>(req_ + fixed + a.n_scales * 8u);
         int free_slot = -1;
         for (int i = 0; i < kMaxCaches && free_slot < 0; ++i)
             if (!caches_[i].cache) free_slot = i;
         if (free_slot < 0) return error(KVC_ERR_OUT_OF_MEMORY, "kvcheck serve-plugin holds at most 256 caches");
+        // The plugin gets copies of the config and its arrays, as from the call driver: kept pointers read NaN later.
+        const unsigned char* scales = req_ + fixed;
+        Lent ks("k_scales", a.n_scales * 4u, scales), vs("v_scales", a.n_scales * 4u, scales + a.n_scales * 4u),
+            win("windows", a.n_windows * 4u, scales + a.n_scales * 8u);
+        if (a.n_scales) {
+            c.k_scales = ks.as<const float>();
+            c.v_scales = vs.as<const float>();
+        }
+        if (a.n_windows) c.windows = win.as<const uint32_t>();
+        Lent config("kvc_config", sizeof c, &c), handle("create's out (kvc_cache*)", sizeof(kvc_cache*));
+        const kvc_status st = lent_call("create", [&] {
+            return api_->create(config.as<const kvc_config>(), handle.as<kvc_cache*>());
+        });
+        check_lent("create", {{&config, &c},
+                              {&handle, nullptr},
+                              {&ks, a.n_scales ? scales : nullptr},
+                              {&vs, a.n_scales ? scales + a.n_scales * 4u : nullptr},
+                              {&win, a.n_windows ? scales + a.n_scales * 8u : nullptr}});
         kvc_cache* cache = nullptr;
-        const kvc_status st = api_->create(&c, &cache);
+        std::memcpy(&cache, handle.data(), sizeof cache);
+        bury({&ks, &vs, &win, &config, &handle});
         if (st != KVC_OK || !cache) return status(st == KVC_OK ? KVC_ERR_INTERNAL : st, nullptr);
         caches_[free_slot] = {cache, shape_of(c)};
         unsigned char b[kCreateReplyBytes];
@@ -275,13 +373,19 @@ private:
         const Sizes z = sizes_of(s->shape, n_new);
         if (z.out > kMaxPayloadBytes) return error(KVC_ERR_INVALID_ARGUMENT, "more output than a reply frame carries");
         if (len_ != kAppendRequestBytes + z.q + z.k + z.v) return wrong_length(kAppendRequestBytes + z.q + z.k + z.v);
-        const auto* q = reinterpret_cast<const float*>(req_ + kAppendRequestBytes);
-        const auto* k = reinterpret_cast<const float*>(req_ + kAppendRequestBytes + z.q);
-        const auto* v = reinterpret_cast<const float*>(req_ + kAppendRequestBytes + z.q + z.k);
-        auto* o = reinterpret_cast<float*>(out(z.out));
-        const kvc_status st = api_->append_attend(s->cache, get_u32(req_ + 8), get_u32(req_ + 12), n_new, q, k, v, o);
-        struct iovec body{o, z.out};
-        return status(st, s->cache, &body, 1);
+        const unsigned char* q = req_ + kAppendRequestBytes;
+        const unsigned char* k = q + z.q;
+        const unsigned char* v = k + z.k;
+        Lent lq("q", z.q, q), lk("k", z.k, k), lv("v", z.v, v), lout("out", z.out);
+        const kvc_status st = lent_call("append_attend", [&] {
+            return api_->append_attend(s->cache, get_u32(req_ + 8), get_u32(req_ + 12), n_new, lq.as<const float>(),
+                                       lk.as<const float>(), lv.as<const float>(), lout.as<float>());
+        });
+        check_lent("append_attend", {{&lq, q}, {&lk, k}, {&lv, v}, {&lout, nullptr}});
+        struct iovec body{lout.data(), z.out};
+        const bool sent = status(st, s->cache, &body, 1);
+        bury({&lq, &lk, &lv, &lout});
+        return sent;
     }
 
     bool batch() {
@@ -291,26 +395,39 @@ private:
         if (!KVC_API_HAS(api_, append_attend_batch)) return error(KVC_ERR_UNSUPPORTED, "not provided by the plugin");
         const uint32_t n = get_u32(req_ + 12);
         if (n > kMaxBatchSeqs) return error(KVC_ERR_INVALID_ARGUMENT, "more sequences than a batch frame carries");
-        const uint64_t lists = uint64_t{n} * 4 + (uint64_t{n} + 1) * 4;
-        if (len_ < kBatchRequestBytes + lists) return wrong_length(kBatchRequestBytes + lists);
-        const auto* ids = reinterpret_cast<const uint32_t*>(req_ + kBatchRequestBytes);
-        const auto* offs = ids + n;
-        const Sizes z = sizes_of(s->shape, offs[n]);
+        const uint64_t ids_bytes = uint64_t{n} * 4, offs_bytes = (uint64_t{n} + 1) * 4;
+        if (len_ < kBatchRequestBytes + ids_bytes + offs_bytes)
+            return wrong_length(kBatchRequestBytes + ids_bytes + offs_bytes);
+        const unsigned char* ids = req_ + kBatchRequestBytes;
+        const unsigned char* offs = ids + ids_bytes;
+        const Sizes z = sizes_of(s->shape, get_u32(offs + uint64_t{n} * 4));
         if (z.out > kMaxPayloadBytes) return error(KVC_ERR_INVALID_ARGUMENT, "more output than a reply frame carries");
-        const uint64_t want = kBatchRequestBytes + lists + z.q + z.k + z.v;
+        const uint64_t want = kBatchRequestBytes + ids_bytes + offs_bytes + z.q + z.k + z.v;
         if (len_ != want) return wrong_length(want);
+        const unsigned char* q = offs + offs_bytes;
+        const unsigned char* k = q + z.q;
+        const unsigned char* v = k + z.k;
+        Lent lq("batch q", z.q, q), lk("batch k", z.k, k), lv("batch v", z.v, v), lout("batch out", z.out),
+            lids("batch seq_ids", ids_bytes, ids), loffs("batch token_offsets", offs_bytes, offs);
         kvc_batch b{};
         b.struct_size = sizeof b;
         b.n_seqs = n;
-        b.seq_ids = ids;
-        b.token_offsets = offs;
-        b.q = reinterpret_cast<const float*>(req_ + kBatchRequestBytes + lists);
-        b.k = reinterpret_cast<const float*>(req_ + kBatchRequestBytes + lists + z.q);
-        b.v = reinterpret_cast<const float*>(req_ + kBatchRequestBytes + lists + z.q + z.k);
-        b.out = reinterpret_cast<float*>(out(z.out));
-        const kvc_status st = api_->append_attend_batch(s->cache, get_u32(req_ + 8), &b);
-        struct iovec body{b.out, z.out};
-        return status(st, s->cache, &body, 1);
+        b.seq_ids = lids.as<const uint32_t>();
+        b.token_offsets = loffs.as<const uint32_t>();
+        b.q = lq.as<const float>();
+        b.k = lk.as<const float>();
+        b.v = lv.as<const float>();
+        b.out = lout.as<float>();
+        Lent lb("kvc_batch", sizeof b, &b);
+        const kvc_status st = lent_call("append_attend_batch", [&] {
+            return api_->append_attend_batch(s->cache, get_u32(req_ + 8), lb.as<const kvc_batch>());
+        });
+        check_lent("append_attend_batch", {{&lb, &b}, {&lids, ids}, {&loffs, offs}, {&lq, q}, {&lk, k}, {&lv, v},
+                                           {&lout, nullptr}});
+        struct iovec body{lout.data(), z.out};
+        const bool sent = status(st, s->cache, &body, 1);
+        bury({&lq, &lk, &lv, &lout, &lids, &loffs, &lb});
+        return sent;
     }
 
     bool read() {
@@ -323,22 +440,30 @@ private:
         const Sizes z = sizes_of(s->shape, n);
         const uint64_t kb = scales ? z.scales_k : z.read_k, vb = scales ? z.scales_v : z.read_v;
         if (kb + vb > kMaxPayloadBytes) return error(KVC_ERR_INVALID_ARGUMENT, "more rows than a reply frame carries");
-        unsigned char* k = out(kb + vb);
-        unsigned char* v = k + kb;
+        Lent ko(scales ? "k_scales_out" : "k_out", kb), vo(scales ? "v_scales_out" : "v_out", vb);
         const uint32_t seq = get_u32(req_ + 8), layer = get_u32(req_ + 12), pos = get_u32(req_ + 16);
-        const kvc_status st = scales ? api_->read_kv_scales(s->cache, seq, layer, pos, n, k, v)
-                                     : api_->read_kv(s->cache, seq, layer, pos, n, k, v);
-        struct iovec body{k, kb + vb};
-        return status(st, s->cache, &body, 1);
+        const char* call = scales ? "read_kv_scales" : "read_kv";
+        const kvc_status st = lent_call(call, [&] {
+            return scales ? api_->read_kv_scales(s->cache, seq, layer, pos, n, ko.data(), vo.data())
+                          : api_->read_kv(s->cache, seq, layer, pos, n, ko.data(), vo.data());
+        });
+        check_lent(call, {{&ko, nullptr}, {&vo, nullptr}});
+        struct iovec body[2] = {{ko.data(), kb}, {vo.data(), vb}};
+        const bool sent = status(st, s->cache, body, 2);
+        bury({&ko, &vo});
+        return sent;
     }
 
     const kvc_plugin_api* api_;
     kvc_caps caps_;
     int in_, out_;
     const ServeOptions& o_;
-    MappedBuffer request_buf_, out_buf_;
+    MappedBuffer request_buf_;
     unsigned char* req_ = nullptr;
-    std::size_t out_used_ = 0;
+    std::vector<Lent> graveyard_;
+    std::size_t oldest_ = 0;
+    Violation violations_[kMaxLentViolations];
+    std::size_t n_violations_ = 0;
     uint32_t seq_ = 0, len_ = 0;
     uint16_t op_ = 0;
     uint32_t minor_ = 0; // the protocol minor of this connection, set by hello

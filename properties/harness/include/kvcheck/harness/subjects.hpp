@@ -20,8 +20,10 @@ namespace kvc::harness {
 enum class Level { Operation, Model };
 const char* level_name(Level l); // "operation", "model"
 
-enum class Isolation { Fork, Exec };
-const char* isolation_name(Isolation i); // "fork", "exec"
+// Server: the case process is forked, and the plugin runs in `kvcheck serve-plugin`, a process of the case's own that
+// executes calls and sends back raw outputs; the case process, which never loads the plugin, grades them.
+enum class Isolation { Fork, Exec, Server };
+const char* isolation_name(Isolation i); // "fork", "exec", "server"
 
 // What the probe reported of the model-level table.
 struct ModelSide {

@@ -13,11 +13,13 @@
 namespace kvc::pipe {
 
 // The protocol's major version is the ABI's. Its minor follows the ABI's up to 1.2, whose caps and config frames
-// left out the windowed and latent fields; 1.3 carries every field of ABI 1.2. A connection speaks the lower of the
-// two peers' minors (docs/protocol.md, Version handshake).
+// left out the windowed and latent fields; 1.3 carries every field of ABI 1.2; 1.4 lets a reply say that the call
+// wrote outside a buffer it was lent (the reply prefix's flags). A connection speaks the lower of the two peers'
+// minors (docs/protocol.md, Version handshake).
 constexpr uint32_t kProtocolMajor = KVC_ABI_VERSION_MAJOR;
-constexpr uint32_t kProtocolMinor = 3;
-constexpr uint32_t kWholeAbiMinor = 3; // the first protocol minor with ABI 1.2's windows, sinks, eviction, MLA shapes
+constexpr uint32_t kProtocolMinor = 4;
+constexpr uint32_t kWholeAbiMinor = 3;  // the first protocol minor with ABI 1.2's windows, sinks, eviction, MLA shapes
+constexpr uint32_t kLentReportMinor = 4; // the first with the reply flag kReplyLentViolations
 // The ABI minor a connection of this protocol minor gives the harness, and the protocol minor that carries all of
 // a plugin's ABI minor.
 uint32_t abi_minor_of(uint32_t protocol_minor);
@@ -61,11 +63,18 @@ struct Header {
 void encode_header(const Header& h, unsigned char out[kHeaderBytes]);
 Header decode_header(const unsigned char in[kHeaderBytes]);
 
-// Every reply payload starts with these 16 bytes: the kvc_status, 0, and the peer's allocator reading (bytes it holds
-// from its allocator now, measured after the call; kNoReading when it does not measure). On a status other than
-// KVC_OK the rest is u32 message length + the message (at most kMaxMessageBytes).
+// Every reply payload starts with these 16 bytes: the kvc_status, the flags (0 below 1.4), and the peer's allocator
+// reading (bytes it holds from its allocator now, measured after the call; kNoReading when it does not measure).
+// With kReplyLentViolations the lent-buffer block follows the prefix. Then, on a status other than KVC_OK, u32
+// message length + the message (at most kMaxMessageBytes); on KVC_OK the body.
 constexpr std::size_t kReplyPrefixBytes = 16;
 constexpr uint64_t kNoReading = ~uint64_t{0};
+// The flag of a reply whose call wrote outside a buffer the server lent it (from 1.4). The block: u32 count
+// (1..kMaxLentViolations), then per violation u64 bytes, u32 name length, u32 text length, the buffer's name (at most
+// kMaxNameBytes), the words (at most kMaxMessageBytes), as kvcheck's own guards word them (docs/protocol.md).
+constexpr uint32_t kReplyLentViolations = 1u;
+constexpr uint32_t kMaxLentViolations = 8;
+constexpr std::size_t kLentViolationHeadBytes = 16;
 
 // Fixed request sizes (before any array) and fixed reply body sizes (after the prefix).
 constexpr std::size_t kHelloRequestBytes = 8;       // u32 major, u32 minor

@@ -1,0 +1,177 @@
+// The server's lent buffers at the frame level (docs/protocol.md, "The lent-buffer block"): kvcheck's pipe server
+// lends a plugin guarded copies and says in the reply what the call did outside them. Spoken here by hand, as a peer
+// of either minor would: at 1.4 the reply carries the block (flag bit 0) and still its body; below 1.4 the call fails
+// with the guards' words instead; a plugin that stays inside what it is lent gets flags 0 at 1.4.
+#include "kvcheck/abi.hpp"
+#include "kvcheck/pipe/protocol.hpp"
+#include "kvcheck/pipe/server.hpp"
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace kvc::pipe;
+
+bool read_all(int fd, unsigned char* p, std::size_t n) {
+    for (std::size_t got = 0; got < n;) {
+        const ssize_t r = ::read(fd, p + got, n - got);
+        if (r <= 0) return false;
+        got += static_cast<std::size_t>(r);
+    }
+    return true;
+}
+
+bool write_all(int fd, const unsigned char* p, std::size_t n) {
+    for (std::size_t done = 0; done < n;) {
+        const ssize_t w = ::write(fd, p + done, n - done);
+        if (w <= 0) return false;
+        done += static_cast<std::size_t>(w);
+    }
+    return true;
+}
+
+struct Reply {
+    uint32_t status = 0, flags = 0;
+    std::vector<unsigned char> rest; // after the 16-byte prefix
+};
+
+// One plugin served on a thread, and the requests a peer of `minor` sends it.
+class Served {
+public:
+    Served(const std::string& lib, uint32_t minor) {
+        handle_ = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+        EXPECT_NE(handle_, nullptr) << dlerror();
+        if (!handle_) return;
+        auto entry = reinterpret_cast<kvc_entry_fn>(dlsym(handle_, KVC_ENTRY_SYMBOL));
+        api_ = entry(KVC_ABI_VERSION_MAJOR, KVC_ABI_VERSION_MINOR);
+        caps_.struct_size = sizeof caps_;
+        api_->get_caps(&caps_);
+        int a[2], b[2];
+        EXPECT_EQ(::pipe2(a, O_CLOEXEC), 0);
+        EXPECT_EQ(::pipe2(b, O_CLOEXEC), 0);
+        to_ = a[1];
+        from_ = b[0];
+        server_ = std::thread([this, in = a[0], out = b[1]] {
+            rc_ = serve(api_, caps_, in, out, options_);
+            ::close(in);
+            ::close(out);
+        });
+        unsigned char hello[kHelloRequestBytes];
+        put_u32(hello, kProtocolMajor);
+        put_u32(hello + 4, minor);
+        const Reply r = request(kHello, hello, sizeof hello);
+        minor_ = get_u32(r.rest.data() + 4);
+    }
+    ~Served() {
+        if (to_ >= 0) ::close(to_);
+        if (server_.joinable()) server_.join();
+        if (from_ >= 0) ::close(from_);
+        EXPECT_EQ(rc_, 0);
+        if (handle_) dlclose(handle_);
+    }
+
+    Reply request(uint16_t op, const unsigned char* payload, std::size_t n) {
+        Header h;
+        h.opcode = op;
+        h.seq = ++seq_;
+        h.length = static_cast<uint32_t>(n);
+        unsigned char head_out[kHeaderBytes];
+        encode_header(h, head_out);
+        EXPECT_TRUE(write_all(to_, head_out, sizeof head_out));
+        EXPECT_TRUE(write_all(to_, payload, n));
+        unsigned char head[kHeaderBytes + kReplyPrefixBytes];
+        Reply r;
+        if (!read_all(from_, head, sizeof head)) {
+            ADD_FAILURE() << "no reply to opcode " << op;
+            return r;
+        }
+        const Header rh = decode_header(head);
+        r.status = get_u32(head + kHeaderBytes);
+        r.flags = get_u32(head + kHeaderBytes + 4);
+        r.rest.resize(rh.length - kReplyPrefixBytes);
+        EXPECT_TRUE(read_all(from_, r.rest.data(), r.rest.size()));
+        return r;
+    }
+
+    uint64_t create(const kvc_config& c) {
+        unsigned char b[kConfigBytes] = {};
+        encode_config(c, ConfigArrays{}, minor_, b);
+        const Reply r = request(kCreate, b, config_bytes(minor_));
+        EXPECT_EQ(r.status, 0u);
+        return r.rest.size() >= 8 ? get_u64(r.rest.data()) : 0;
+    }
+
+    // One token of `c`'s shape, every element 0.5.
+    Reply append_one(uint64_t cache, const kvc_config& c) {
+        const std::size_t q = std::size_t{c.n_q_heads} * c.head_dim, kv = std::size_t{c.n_kv_heads} * c.head_dim;
+        std::vector<unsigned char> b(kAppendRequestBytes + (q + 2 * kv) * 4);
+        put_u64(b.data(), cache);
+        put_u32(b.data() + 8, 0);  // seq
+        put_u32(b.data() + 12, 0); // layer
+        put_u32(b.data() + 16, 1); // n_new
+        for (std::size_t i = 0; i < q + 2 * kv; ++i) put_f32(b.data() + kAppendRequestBytes + 4 * i, 0.5f);
+        return request(kAppendAttend, b.data(), b.size());
+    }
+
+    uint32_t minor() const { return minor_; }
+
+private:
+    void* handle_ = nullptr;
+    const kvc_plugin_api* api_ = nullptr;
+    kvc_caps caps_{};
+    ServeOptions options_;
+    int to_ = -1, from_ = -1, rc_ = -1;
+    std::thread server_;
+    uint32_t seq_ = 0, minor_ = 0;
+};
+
+const std::string kLib = KVC_LIB_DIR;
+const kvc_config kConfig = kvc::make_config(1, 2, 1, 16, KVC_DTYPE_F32, 1, 8);
+constexpr std::size_t kOutBytes = 2 * 16 * 4; // one token, 2 query heads of 16
+
+TEST(ServerLent, A14PeerGetsTheBlockAndTheBody) {
+    Served s(kLib + "/libkvcheck_double_overrun_out_past.so", 4);
+    ASSERT_EQ(s.minor(), 4u);
+    const Reply r = s.append_one(s.create(kConfig), kConfig);
+    EXPECT_EQ(r.status, 0u);
+    ASSERT_EQ(r.flags, kReplyLentViolations);
+    ASSERT_GE(r.rest.size(), 4 + kLentViolationHeadBytes);
+    EXPECT_EQ(get_u32(r.rest.data()), 1u); // one violation
+    const unsigned char* v = r.rest.data() + 4;
+    EXPECT_EQ(get_u64(v), 4u); // four bytes past
+    const uint32_t name_len = get_u32(v + 8), what_len = get_u32(v + 12);
+    const std::string name(reinterpret_cast<const char*>(v + 16), name_len);
+    const std::string what(reinterpret_cast<const char*>(v + 16 + name_len), what_len);
+    EXPECT_EQ(name, "out");
+    EXPECT_NE(what.find("wrote 4 bytes past `out` in append_attend"), std::string::npos) << what;
+    EXPECT_EQ(r.rest.size(), 4 + kLentViolationHeadBytes + name_len + what_len + kOutBytes); // the body still follows
+}
+
+TEST(ServerLent, APeerBelow14GetsTheCallsFailureInstead) {
+    Served s(kLib + "/libkvcheck_double_overrun_out_past.so", 3);
+    ASSERT_EQ(s.minor(), 3u);
+    const Reply r = s.append_one(s.create(kConfig), kConfig);
+    EXPECT_EQ(r.status, static_cast<uint32_t>(KVC_ERR_INTERNAL));
+    EXPECT_EQ(r.flags, 0u);
+    ASSERT_GE(r.rest.size(), 4u);
+    const std::string message(reinterpret_cast<const char*>(r.rest.data() + 4), get_u32(r.rest.data()));
+    EXPECT_NE(message.find("the plugin wrote 4 bytes past `out`"), std::string::npos) << message;
+}
+
+TEST(ServerLent, APluginInsideItsBuffersGetsNoFlag) {
+    Served s(kLib + "/libkvcheck_example.so", 4);
+    const Reply r = s.append_one(s.create(kConfig), kConfig);
+    EXPECT_EQ(r.status, 0u);
+    EXPECT_EQ(r.flags, 0u);
+    EXPECT_EQ(r.rest.size(), kOutBytes);
+}
+
+} // namespace
