@@ -53,15 +53,8 @@ KVC_TARGET_AVX512 bool group_query_pairs() { return g_score_row_pairs.load(std::
 // 16 consecutive cached elements -> 16 floats.
 template <uint32_t DT>
 KVC_TARGET_AVX512 inline __m512 load16(const uint8_t* p) {
-    if constexpr (is_fp8<DT>()) { // fp8_halves8 on 16 codes at once, the NaN codes found with a mask compare
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-        const __m256i high = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8); // code << 8
-        if constexpr (DT == KVC_DTYPE_FP8_E5M2) return _mm512_cvtph_ps(high);
-        const __m256i h = _mm256_and_si256(_mm256_srai_epi16(high, 1), _mm256_set1_epi16(static_cast<short>(0xbfff)));
-        const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_or_si128(b, _mm_set1_epi8(static_cast<char>(0x80))),
-                                                  _mm_set1_epi8(static_cast<char>(0xff)));
-        // the NaN magnitude's exponent 01111 plus 0x4000 is 11111, its mantissa non-zero: an f16 NaN
-        return _mm512_cvtph_ps(_mm256_mask_add_epi16(h, nan, h, _mm256_set1_epi16(0x4000)));
+    if constexpr (is_fp8<DT>()) {
+        return _mm512_cvtph_ps(fp8_halves16<DT>(p));
     } else if constexpr (DT == KVC_DTYPE_F32) {
         return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
     } else {

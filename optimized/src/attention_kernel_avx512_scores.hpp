@@ -25,7 +25,10 @@ namespace {
 template <uint32_t DT>
 KVC_TARGET_AVX512 inline __m512 load8x2(const uint8_t* a, const uint8_t* b) {
     if constexpr (is_fp8<DT>()) {
-        return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(fp8_halves8<DT>(a)), fp8_halves8<DT>(b), 1));
+        // both keys' codes in one xmm, widened at once
+        const __m128d lo = _mm_castsi128_pd(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)));
+        const __m128i codes = _mm_castpd_si128(_mm_loadh_pd(lo, reinterpret_cast<const double*>(b)));
+        return _mm512_cvtph_ps(fp8_halves16_of<DT>(codes));
     } else if constexpr (DT == KVC_DTYPE_F32) {
         return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a))),
                                   _mm256_loadu_ps(reinterpret_cast<const float*>(b)), 1);
@@ -43,7 +46,9 @@ KVC_TARGET_AVX512 inline __m512 load8x2(const uint8_t* a, const uint8_t* b) {
 template <uint32_t DT>
 KVC_TARGET_AVX512 inline __m512 load8_both(const uint8_t* p) {
     if constexpr (is_fp8<DT>()) {
-        return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(fp8_halves8<DT>(p)));
+        // the 8 codes in both halves of an xmm (one load), widened as 16
+        const __m128i codes = _mm_castpd_si128(_mm_loaddup_pd(reinterpret_cast<const double*>(p)));
+        return _mm512_cvtph_ps(fp8_halves16_of<DT>(codes));
     } else if constexpr (DT == KVC_DTYPE_F32) {
         return _mm512_broadcast_f32x8(_mm256_loadu_ps(reinterpret_cast<const float*>(p)));
     } else {

@@ -36,6 +36,7 @@
 
 #include "attention_kernel.hpp"
 #include "dtype_convert.hpp"
+#include "fp8_widen_x86.hpp"
 #include "quantize.hpp"
 #include "simd.hpp"
 #include "split_view.hpp"
@@ -56,30 +57,6 @@ constexpr bool is_fp8() {
 template <uint32_t DT>
 constexpr uint32_t elem_bytes() {
     return DT == KVC_DTYPE_F32 ? 4u : is_fp8<DT>() ? 1u : 2u;
-}
-
-// fp8 on the direct path (an fp8 cache whose scales fuse: fp8_scales_fuse): the kernel reads each code as the f16
-// whose bits are made from it, exactly decode(code) / fp8_fold (E5M2 is an f16's high byte; E4M3FN's fields placed in
-// an f16 are its value times 2^-8, and its NaN magnitude 0x7f gets the f16 NaN exponent). The fold and the scales
-// are applied once per head: to the score scale (K) and to the split's V sum.
-// 8 codes -> the bits of 8 f16.
-template <uint32_t DT>
-KVC_KERNEL_TARGET inline __m128i fp8_halves8(const uint8_t* p) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    const __m128i high = _mm_unpacklo_epi8(_mm_setzero_si128(), b); // code << 8
-    if constexpr (DT == KVC_DTYPE_FP8_E5M2) {
-        return high;
-    } else {
-        // s.eeee.mmm << 8, shifted right by one with the sign copied, bit 14 cleared: s.0eeee.mmm0000000
-        const __m128i h = _mm_and_si128(_mm_srai_epi16(high, 1), _mm_set1_epi16(static_cast<short>(0xbfff)));
-        const __m128i nan8 = _mm_cmpeq_epi8(_mm_or_si128(b, _mm_set1_epi8(static_cast<char>(0x80))),
-                                            _mm_set1_epi8(static_cast<char>(0xff)));
-        return _mm_or_si128(h, _mm_and_si128(_mm_unpacklo_epi8(nan8, nan8), _mm_set1_epi16(0x7c00)));
-    }
-}
-template <uint32_t DT>
-KVC_KERNEL_TARGET inline float fp8_folded(uint8_t code) {
-    return DT == KVC_DTYPE_FP8_E4M3 ? fp8_e4m3_decode(code) / kFp8FoldE4M3 : fp8_e5m2_decode(code);
 }
 
 // 8 cached elements -> 8 floats.
@@ -307,7 +284,17 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) void dots(const float* c
     __m256 acc[N]; // exactly N: a 16-wide array is zero-filled in memory (rep stos) wherever dots is not inlined
     KVC_UNROLL for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
     const uint32_t full = d / 8, tail = d % 8;
-    for (uint32_t c = 0; c < full; ++c) {
+    uint32_t c = 0;
+    if constexpr (R == 1 && is_fp8<DT>()) // two chunks of a key from one widening of 16 codes (fp8_widen_x86.hpp)
+        for (; c + 2 <= full; c += 2) {
+            const __m256 q0 = _mm256_loadu_ps(q[0] + 8 * c), q1 = _mm256_loadu_ps(q[0] + 8 * c + 8);
+            KVC_UNROLL for (int kj = 0; kj < KJ; ++kj) {
+                __m256 lo, hi;
+                fp8_load16<DT>(k + kj * row_bytes + c * 8, lo, hi);
+                acc[kj] = _mm256_fmadd_ps(q1, hi, _mm256_fmadd_ps(q0, lo, acc[kj]));
+            }
+        }
+    for (; c < full; ++c) {
         if constexpr (R == 1) { // each K chunk used once: widen it where it is used (8 held chunks would spill)
             const __m256 qv = _mm256_loadu_ps(q[0] + 8 * c);
             KVC_UNROLL for (int kj = 0; kj < KJ; ++kj)
@@ -438,10 +425,15 @@ KVC_KERNEL_TARGET inline __attribute__((always_inline)) void accumulate_pass(con
         if constexpr (kHoist) {
             KVC_UNROLL for (int r = 0; r < R; ++r) pb[r] = _mm256_broadcast_ss(p[r] + i);
         }
-        KVC_UNROLL for (int cc = 0; cc < CP; ++cc) {
-            const __m256 vv = load8<DT>(row + 8 * cc * elem_bytes<DT>());
-            KVC_UNROLL for (int r = 0; r < R; ++r)
-                acc[r][cc] = _mm256_fmadd_ps(kHoist ? pb[r] : _mm256_broadcast_ss(p[r] + i), vv, acc[r][cc]);
+        constexpr int kStep = is_fp8<DT>() && CP % 2 == 0 ? 2 : 1; // fp8: two chunks from one widening of 16 codes
+        KVC_UNROLL for (int cc = 0; cc < CP; cc += kStep) {
+            __m256 vv[2];
+            if constexpr (kStep == 2) fp8_load16<DT>(row + 8 * cc, vv[0], vv[1]);
+            else vv[0] = load8<DT>(row + 8 * cc * elem_bytes<DT>());
+            KVC_UNROLL for (int s = 0; s < kStep; ++s)
+                KVC_UNROLL for (int r = 0; r < R; ++r)
+                    acc[r][cc + s] =
+                        _mm256_fmadd_ps(kHoist ? pb[r] : _mm256_broadcast_ss(p[r] + i), vv[s], acc[r][cc + s]);
         }
     });
     KVC_UNROLL for (int r = 0; r < R; ++r)

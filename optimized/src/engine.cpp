@@ -68,7 +68,7 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
         r.refused())
         return refuse(r.status, r.message);
     const bool quantized = is_quantized_dtype(c.cache_dtype);
-    const uint32_t dv = c.head_dim_v == 0 ? c.head_dim : c.head_dim_v;
+    const uint32_t dv = kvc::value_dim(c);
     QuantFormat qf, qf_v;
     const bool f16_scale = c.cache_dtype == KVC_DTYPE_INT8_TOKEN && c.int8_scale_dtype == KVC_DTYPE_F16;
     if (quantized) {
