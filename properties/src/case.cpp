@@ -310,6 +310,10 @@ void latent_from_json(const nlohmann::json& g, CaseConfig& cfg) {
             throw std::invalid_argument("case: a RoPE range needs rope other than none and an even rope_dims > 0 "
                                         "with rope_dim_begin + rope_dims <= head_dim");
     }
+    // The ABI's own spelling of "as K" and "the whole head" is 0: a case file that writes them out must reach an
+    // implementation that declares neither feature exactly as a case without them would.
+    if (cfg.head_dim_v == cfg.head_dim) cfg.head_dim_v = 0;
+    if (cfg.rope_dim_begin == 0 && cfg.rope_dims == cfg.head_dim) cfg.rope_dims = 0;
     if ((cfg.head_dim_v != 0 || cfg.rope_dims != 0) && dtype_is_quantized(cfg.cache_dtype))
         throw std::invalid_argument("case: head_dim_v and a RoPE range need a non-quantized dtype");
 }

@@ -56,6 +56,23 @@ TEST(LatentCase, JsonRoundTripsAndOtherCasesAreWrittenAsBefore) {
     EXPECT_THROW(case_from_json(bad), std::invalid_argument); // not modelled for a quantized dtype
 }
 
+// A case file may spell out what the ABI spells 0 (V rows as wide as K's, RoPE over the whole head): read back, such a
+// case needs neither feature and sends the implementation zeros, as a case without the fields does.
+TEST(LatentCase, WrittenOutDefaultsAreReadAsTheAbisZeros) {
+    nlohmann::json j = to_json(latent_case());
+    j["config"]["head_dim_v"] = 10u; // = head_dim
+    j["config"]["rope_dim_begin"] = 0u;
+    j["config"]["rope_dims"] = 10u; // the whole head
+    const Case c = case_from_json(j);
+    EXPECT_EQ(c.cfg.head_dim_v, 0u);
+    EXPECT_EQ(c.cfg.rope_dims, 0u);
+    const kvc_caps need = required_caps(c);
+    EXPECT_FALSE(need.features & KVC_FEATURE_HEAD_DIM_V);
+    EXPECT_FALSE(need.features & KVC_FEATURE_ROPE_RANGE);
+    j["config"]["dtype"] = "int8_token"; // nothing latent left: a quantized dtype is fine
+    EXPECT_NO_THROW(case_from_json(j));
+}
+
 TEST(LatentCase, OutsideTheDeclarationNamesHeadDimVAndTheRopeRange) {
     const Case c = latent_case();
     const kvc_caps need = required_caps(c);
