@@ -1,7 +1,7 @@
 /*
  * Verdict forgers (issue 42, item 1): the example plugin with a wrong output (the first element of every
  * append_attend's `out` is NaN), plus an attempt to make kvcheck read a PASS anyway. Chosen by KVC_FORGER;
- * tests/cli/test_forgers.cpp runs kvcheck against each.
+ * tests/pipe/test_pipe.cpp (ServerIsolation) runs kvcheck against each.
  *
  *   0 relay_forger    at its first call it finds every descriptor above 2 that is a pipe open for writing (the case
  *                     process's result pipe among them) and puts a pipe of its own in its place, read by a helper

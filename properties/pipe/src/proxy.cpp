@@ -11,6 +11,7 @@
 #include "kvcheck/properties/sanitizers.hpp"
 #include "lent.hpp"
 
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -187,7 +188,14 @@ kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iove
                 ending(how, sizeof how), got, part);
         return fail(Breakdown::Kind::Crash, msg_out, "the reply to %s (request #%u): %s", name, seq, detail);
     };
-    IoEnd r = c.channel.read_exact(&hv, 1, sizeof rhead, c.timeout_s, &got);
+    // One deadline for the whole reply, however many parts it is read in: a client that trickles a frame part by part
+    // still hangs within the reply timeout, and the words name the request before the case's own timeout ends it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(c.timeout_s);
+    const auto left = [&] {
+        const double s = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+        return s > 0.001 ? s : 0.001;
+    };
+    IoEnd r = c.channel.read_exact(&hv, 1, sizeof rhead, left(), &got);
     if (r != IoEnd::Done) return broke_reading(r, "header");
     const Header rh = decode_header(rhead);
     const uint32_t status = get_u32(rhead + kHeaderBytes);
@@ -209,7 +217,7 @@ kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iove
     uint64_t rest = rh.length - kReplyPrefixBytes;
     const auto take = [&](void* p, std::size_t n) {
         struct iovec v{p, n};
-        return n == 0 ? IoEnd::Done : c.channel.read_exact(&v, 1, n, c.timeout_s, &got);
+        return n == 0 ? IoEnd::Done : c.channel.read_exact(&v, 1, n, left(), &got);
     };
     if (flags & kReplyLentViolations) {
         unsigned char count4[4];
@@ -264,7 +272,7 @@ kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iove
     }
     if (rest != body)
         return bad("length %llu, but this reply is exactly %llu bytes", rh.length, rh.length - rest + body);
-    r = c.channel.read_exact(out, n_out, body, c.timeout_s, &got);
+    r = c.channel.read_exact(out, n_out, body, left(), &got);
     if (r != IoEnd::Done) return broke_reading(r, "body");
     if (reading) *reading = rd;
     follow_reading(rd);

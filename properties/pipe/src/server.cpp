@@ -262,7 +262,10 @@ private:
             }
             bool any = false;
             for (const Served& c : caches_) any = any || c.cache != nullptr;
-            if (!any) graveyard_.clear(); // no cache can hold a pointer into them any more
+            if (!any) { // no cache can hold a pointer into them any more
+                graveyard_.clear();
+                oldest_ = 0;
+            }
             return ok();
         }
         case kAppendAttend: return append();
@@ -358,6 +361,11 @@ private:
         std::memcpy(&cache, handle.data(), sizeof cache);
         bury({&ks, &vs, &win, &config, &handle});
         if (st != KVC_OK || !cache) return status(st == KVC_OK ? KVC_ERR_INTERNAL : st, nullptr);
+        if (n_violations_ > 0 && minor_ < kLentReportMinor) {
+            // the reply will be the call's failure (reply()): no handle reaches the peer, so none may stay here
+            api_->destroy(cache);
+            return error(KVC_ERR_INTERNAL, "");
+        }
         caches_[free_slot] = {cache, shape_of(c)};
         unsigned char b[kCreateReplyBytes];
         put_u64(b, static_cast<uint64_t>(free_slot) + 1);
