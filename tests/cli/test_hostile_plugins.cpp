@@ -280,10 +280,13 @@ TEST_F(Hostile, GarbageOnTheResultPipeIsAnErrorAndTheReportIsComplete) {
 
 // line_scribbler: whole lines of garbage, and the case process's own result line still arrives intact after them. A
 // result beside bytes that are not the protocol is not trusted (before this, the intact line won and the cases
-// PASSed); the result it carried is kept in a note.
+// PASSed); the result it carried is kept in a note, and nothing else of it (its headroom, a mismatch) stays.
 TEST_F(Hostile, ALegibleResultBesideGarbageOnThePipeIsNotTrusted) {
-    for (const auto& c : every_case_an_error("line_scribbler", "not trusted"))
+    for (const auto& c : every_case_an_error("line_scribbler", "not trusted")) {
         EXPECT_NE(c.dump().find("the result the pipe also carried: PASS"), std::string::npos) << c.dump();
+        EXPECT_EQ(c.value("headroom", 0.0), 0.0) << c.dump();
+        EXPECT_FALSE(c.contains("mismatch")) << c.dump();
+    }
 }
 
 // Sizes near 2^64 (hostile_call.c, huge_memory: capacity and pool of 2^64 - 1 each once anything is cached): NO-Q and

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,6 +102,20 @@ public:
         return r;
     }
 
+    // An fp8 config with one k and one v scale per layer (scale 0.5) after the fixed part.
+    Reply create_fp8(uint32_t n_layers) {
+        kvc_config c = kvc::make_config(n_layers, 2, 1, 16, KVC_DTYPE_FP8_E4M3, 1, 8);
+        c.kv_scale_mode = KVC_SCALE_TENSOR;
+        ConfigArrays a;
+        a.n_scales = n_layers;
+        std::vector<unsigned char> b(config_bytes(minor_) + a.bytes());
+        unsigned char fixed[kConfigBytes] = {};
+        encode_config(c, a, minor_, fixed);
+        std::copy(fixed, fixed + config_bytes(minor_), b.begin());
+        for (uint32_t i = 0; i < 2 * n_layers; ++i) put_f32(b.data() + config_bytes(minor_) + 4 * i, 0.5f);
+        return request(kCreate, b.data(), b.size());
+    }
+
     uint64_t create(const kvc_config& c) {
         unsigned char b[kConfigBytes] = {};
         encode_config(c, ConfigArrays{}, minor_, b);
@@ -175,3 +190,24 @@ TEST(ServerLent, APluginInsideItsBuffersGetsNoFlag) {
 }
 
 } // namespace
+
+// A create that writes into the scales its config points to: at 1.4 the cache is made and the block names `k_scales`;
+// below 1.4 the create fails with the guards' words (and the server keeps no cache the peer has no handle for).
+TEST(ServerLent, ACreateWritingIntoItsScalesIsReportedAtEitherMinor) {
+    {
+        Served s(kLib + "/libkvcheck_double_config_scales_writer.so", 4);
+        const Reply r = s.create_fp8(2);
+        EXPECT_EQ(r.status, 0u);
+        ASSERT_EQ(r.flags, kReplyLentViolations);
+        const std::string rest(r.rest.begin(), r.rest.end());
+        EXPECT_NE(rest.find("wrote into `k_scales`, a const input, in create"), std::string::npos) << rest;
+    }
+    {
+        Served s(kLib + "/libkvcheck_double_config_scales_writer.so", 3);
+        const Reply r = s.create_fp8(2);
+        EXPECT_EQ(r.status, static_cast<uint32_t>(KVC_ERR_INTERNAL));
+        EXPECT_EQ(r.flags, 0u);
+        const std::string rest(r.rest.begin(), r.rest.end());
+        EXPECT_NE(rest.find("the plugin wrote into `k_scales`"), std::string::npos) << rest;
+    }
+}

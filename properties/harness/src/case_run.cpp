@@ -110,6 +110,10 @@ prop::CaseResult result_of(const ChildRun& run, const PipeContents& pipe, const 
         r.verdict = Verdict::Error;
         r.reason = "the case process ended without a readable result: its result pipe also carried bytes that are "
                    "not the protocol (" + pipe.unreadable + "), so the result on it is not trusted";
+        // nothing of it stays but the note: no headroom, failed property or mismatch the implementation may have made
+        r.headroom = 0;
+        r.failed_property.clear();
+        r.mismatch.reset();
         r.counterexample = make_case();
     }
     return r;
