@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <iostream>
 #include <optional>
+#include <string>
 
 namespace kvc::testing {
 
@@ -52,6 +54,30 @@ inline void expect_caught_only_by(const std::string& double_name, const std::str
         EXPECT_FALSE(r.has_value()) << double_name << " should pass " << other << " but got: "
                                     << (r ? r->reason : std::string());
         EXPECT_GT(passed, 0) << double_name << ": no case of " << other << " ran (all NOT_SUPPORTED)";
+    }
+}
+
+// The words name what they must (a mechanism, a buffer, a property).
+inline void contains(const std::string& text, const std::string& what) {
+    EXPECT_NE(text.find(what), std::string::npos) << "\"" << text << "\" does not name \"" << what << "\"";
+}
+
+// One deliberately broken double of a family and what must catch it.
+struct BugExpectation {
+    const char* name;      // the double is `prefix + name`
+    const char* property;  // the property that must FAIL it
+    const char* mechanism; // words its reason must hold
+};
+
+// Each double `prefix + name` FAILs its property within `cases` cases, with a reason that names its mechanism.
+inline void expect_each_bug_fails(const std::string& prefix, std::initializer_list<BugExpectation> bugs, int cases) {
+    for (const BugExpectation& x : bugs) {
+        const auto t = load_implementation(prefix + x.name);
+        const auto r = first_failure(t, x.property, cases);
+        ASSERT_TRUE(r.has_value()) << x.name << " was not caught by " << x.property;
+        EXPECT_EQ(r->verdict, prop::Verdict::Fail) << x.name;
+        EXPECT_EQ(r->failed_property, x.property) << x.name;
+        contains(r->reason, x.mechanism);
     }
 }
 

@@ -17,9 +17,7 @@ using namespace kvc::prop;
 using kvc::testing::first_failure;
 using kvc::testing::load_implementation;
 
-void contains(const std::string& text, const std::string& what) {
-    EXPECT_NE(text.find(what), std::string::npos) << "\"" << text << "\" does not name \"" << what << "\"";
-}
+using kvc::testing::contains;
 
 Case large_case(float score_scale) {
     Case c;

@@ -19,9 +19,7 @@ using namespace kvc::prop;
 using kvc::testing::first_failure;
 using kvc::testing::load_implementation;
 
-void contains(const std::string& text, const std::string& what) {
-    EXPECT_NE(text.find(what), std::string::npos) << "\"" << text << "\" does not name \"" << what << "\"";
-}
+using kvc::testing::contains;
 
 // MLA's form at a small size: one KV head read by two query heads, K = 8 latent dims + 2 RoPE dims, V = 8 dims.
 Case latent_case() {
@@ -197,26 +195,13 @@ TEST(LatentDoubles, ADeclaredBf16QueryPassesOutsideTheRopeRangeToo) {
 }
 
 TEST(LatentDoubles, EachBugFailsItsPropertyByName) {
-    struct Expect {
-        const char* name;
-        const char* property;
-        const char* mechanism;
-    };
-    const Expect cases[] = {
-        {"v_from_k", "EQUIV", "the V head dim taken from K's"},
-        {"v_from_k", "CACHE-CONTENT", "the V head dim taken from K's"},
-        {"rope_all", "CACHE-CONTENT", "RoPE over all dims when a range is declared"},
-        {"rope_all", "EQUIV", "RoPE over all dims when a range is declared"},
-        {"memory_2dk", "MEMORY", "(head_dim + head_dim_v)"},
-    };
-    for (const Expect& x : cases) {
-        const auto t = load_implementation(std::string("double-mla_") + x.name);
-        const auto r = first_failure(t, x.property, 40);
-        ASSERT_TRUE(r.has_value()) << x.name << " was not caught by " << x.property;
-        EXPECT_EQ(r->verdict, Verdict::Fail) << x.name;
-        EXPECT_EQ(r->failed_property, x.property) << x.name;
-        contains(r->reason, x.mechanism);
-    }
+    kvc::testing::expect_each_bug_fails("double-mla_",
+                                        {{"v_from_k", "EQUIV", "the V head dim taken from K's"},
+                                         {"v_from_k", "CACHE-CONTENT", "the V head dim taken from K's"},
+                                         {"rope_all", "CACHE-CONTENT", "RoPE over all dims when a range is declared"},
+                                         {"rope_all", "EQUIV", "RoPE over all dims when a range is declared"},
+                                         {"memory_2dk", "MEMORY", "(head_dim + head_dim_v)"}},
+                                        40);
 }
 
 } // namespace

@@ -369,9 +369,7 @@ Row fp8_row(uint32_t dt, uint32_t which, uint32_t kv_head, float amp = 1.0f) {
     return r;
 }
 
-void contains(const std::string& text, const std::string& what) {
-    EXPECT_NE(text.find(what), std::string::npos) << "\"" << text << "\" does not name \"" << what << "\"";
-}
+using kvc::testing::contains;
 
 TEST(QuantDiagnosis, Fp8Mechanisms) {
     for (uint32_t dt : {KVC_DTYPE_FP8_E4M3, KVC_DTYPE_FP8_E5M2}) {

@@ -18,9 +18,7 @@ using kvc::testing::load_implementation;
 
 constexpr int kDefaultCases = 30; // what `kvcheck validate` runs per property
 
-void contains(const std::string& text, const std::string& what) {
-    EXPECT_NE(text.find(what), std::string::npos) << "\"" << text << "\" does not name \"" << what << "\"";
-}
+using kvc::testing::contains;
 
 // Whether the case forks a sequence, releases one side while the other still holds the shared rows, restarts the
 // released one with at least as many rows as it held, and appends to the survivor after that.

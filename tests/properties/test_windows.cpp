@@ -18,9 +18,7 @@ using namespace kvc::prop;
 using kvc::testing::first_failure;
 using kvc::testing::load_implementation;
 
-void contains(const std::string& text, const std::string& what) {
-    EXPECT_NE(text.find(what), std::string::npos) << "\"" << text << "\" does not name \"" << what << "\"";
-}
+using kvc::testing::contains;
 
 Case windowed_case() {
     Case c;
@@ -160,28 +158,15 @@ TEST(WindowDoubles, CorrectWindowedCachesPass) {
 }
 
 TEST(WindowDoubles, EachBugFailsItsPropertyByName) {
-    struct Expect {
-        const char* name;
-        const char* property;
-        const char* mechanism;
-    };
-    const Expect cases[] = {
-        {"plus_one", "EQUIV", "outside its window of"},
-        {"minus_one", "EQUIV", "inside its window of"},
-        {"first_row", "EQUIV", "the window of the call's first row used for every row"},
-        {"sinks_dropped", "EQUIV", "stay visible in a windowed layer"},
-        {"ring_rope", "CACHE-CONTENT", "rotated"},
-        {"stale_read", "APPEND-ONLY", "a row read back earlier changed"},
-        {"no_free", "MEMORY", "rows that left the window are not freed"},
-    };
-    for (const Expect& x : cases) {
-        const auto t = load_implementation(std::string("double-win_") + x.name);
-        const auto r = first_failure(t, x.property, 60);
-        ASSERT_TRUE(r.has_value()) << x.name << " was not caught by " << x.property;
-        EXPECT_EQ(r->verdict, Verdict::Fail) << x.name;
-        EXPECT_EQ(r->failed_property, x.property) << x.name;
-        contains(r->reason, x.mechanism);
-    }
+    kvc::testing::expect_each_bug_fails("double-win_",
+                                        {{"plus_one", "EQUIV", "outside its window of"},
+                                         {"minus_one", "EQUIV", "inside its window of"},
+                                         {"first_row", "EQUIV", "the window of the call's first row used for every row"},
+                                         {"sinks_dropped", "EQUIV", "stay visible in a windowed layer"},
+                                         {"ring_rope", "CACHE-CONTENT", "rotated"},
+                                         {"stale_read", "APPEND-ONLY", "a row read back earlier changed"},
+                                         {"no_free", "MEMORY", "rows that left the window are not freed"}},
+                                        60);
 }
 
 } // namespace
