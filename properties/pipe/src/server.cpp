@@ -107,6 +107,16 @@ public:
         }
     }
 
+    // The session is over: caches the peer did not destroy (it ended, or broke the protocol) are destroyed as the
+    // harness destroys its own, so that the plugin's memory is given back before the process ends.
+    void destroy_all() {
+        for (Served& c : caches_)
+            if (c.cache) {
+                api_->destroy(c.cache);
+                c.cache = nullptr;
+            }
+    }
+
 private:
     template <typename... A>
     int protocol_error(const char* fmt, A... a) {
@@ -482,7 +492,9 @@ private:
 
 int serve(const kvc_plugin_api* api, const kvc_caps& caps, int in_fd, int out_fd, const ServeOptions& options) {
     Server s(api, caps, in_fd, out_fd, options);
-    return s.run();
+    const int rc = s.run();
+    s.destroy_all();
+    return rc;
 }
 
 } // namespace kvc::pipe
