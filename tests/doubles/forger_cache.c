@@ -1,5 +1,5 @@
 /*
- * Verdict forgers (issue 42, item 1): the example plugin with a wrong output (the first element of every
+ * Verdict forgers: the example plugin with a wrong output (the first element of every
  * append_attend's `out` is NaN), plus an attempt to make kvcheck read a PASS anyway. Chosen by KVC_FORGER;
  * tests/pipe/test_pipe.cpp (ServerIsolation) runs kvcheck against each.
  *

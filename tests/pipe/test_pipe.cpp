@@ -188,7 +188,7 @@ TEST(Pipe, HandshakeFailures) {
 
 } // namespace
 
-// --isolation server (issue 42, item 1): the plugin runs in `kvcheck serve-plugin`, and the case process that grades
+// --isolation server: the plugin runs in `kvcheck serve-plugin`, and the case process that grades
 // never loads it. A plugin that forges its verdict from inside the grading process (a relay that rewrites FAIL to
 // PASS on every pipe it can write to; a hand-made PASS line and exit 0) reaches only the protocol there: its NaN
 // outputs are judged, or its garbage breaks the connection. Both forgers end CONFORMANT under fork isolation (seen by
