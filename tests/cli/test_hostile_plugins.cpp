@@ -71,8 +71,9 @@ protected:
     // that are not the protocol to every descriptor above 2, the case process's result pipe among them. Validating it
     // on 3 EQUIV cases ends with exit 1 and a complete report (JSON and JUnit) in which every case is an ERROR whose
     // reason, free of control characters, contains `words`. Returns those cases.
-    nlohmann::json every_case_an_error(const std::string& double_name, const std::string& words) {
-        const Outcome r = kvcheck("validate " + hostile(double_name) +
+    nlohmann::json every_case_an_error(const std::string& double_name, const std::string& words,
+                                       const std::string& isolation = "") {
+        const Outcome r = kvcheck("validate " + hostile(double_name) + isolation +
                                   " --filter '^EQUIV/' --cases 3 --report report.json --junit junit.xml");
         EXPECT_EQ(r.rc, 1) << r.all();
         const nlohmann::json rep = report();
@@ -216,10 +217,10 @@ TEST_F(Hostile, ForkedGrandchildrenDoNotOutliveTheirCase) {
 }
 
 // Processes that left the case's process group (setsid(), then a fork of their own: tests/doubles/escaping_plugin.c)
-// die with their case too, under both isolations: kvcheck is their subreaper and ends them once the case child is
+// die with their case too, under every isolation: kvcheck is their subreaper and ends them once the case child is
 // reaped. The run itself is unaffected (the cache is correct).
 TEST_F(Hostile, ProcessesThatLeaveTheGroupDoNotOutliveKvcheck) {
-    for (const char* isolation : {"fork", "exec"}) {
+    for (const char* isolation : {"fork", "exec", "server"}) {
         const fs::path pid_file = path(std::string("escaped_") + isolation + ".txt");
         const Outcome r = run_kvcheck(dir_,
                                       "validate " + double_plugin("escaper") + " --filter '^EQUIV/' --cases 2 " +
@@ -274,15 +275,19 @@ TEST_F(Hostile, EndlessOutputIsAnErrorNotAHang) {
 }
 
 // pipe_scribbler: raw bytes; no result can be read at all.
+// Under fork isolation the plugin shares the case process and can reach its result pipe; under server isolation (the
+// default for a host operation-level plugin) it can reach only the protocol stream, where garbage is no frame.
 TEST_F(Hostile, GarbageOnTheResultPipeIsAnErrorAndTheReportIsComplete) {
-    every_case_an_error("pipe_scribbler", "without a readable result");
+    every_case_an_error("pipe_scribbler", "without a readable result", " --isolation fork");
+    every_case_an_error("pipe_scribbler", "bad reply frame to append_attend");
 }
 
-// line_scribbler: whole lines of garbage, and the case process's own result line still arrives intact after them. A
-// result beside bytes that are not the protocol is not trusted (before this, the intact line won and the cases
-// PASSed); the result it carried is kept in a note, and nothing else of it (its headroom, a mismatch) stays.
+// line_scribbler: whole lines of garbage, and (under fork isolation) the case process's own result line still arrives
+// intact after them. A result beside bytes that are not the protocol is not trusted: the intact line would PASS; the
+// result it carried is kept in a note, and nothing else of it (its headroom, a mismatch) stays.
 TEST_F(Hostile, ALegibleResultBesideGarbageOnThePipeIsNotTrusted) {
-    for (const auto& c : every_case_an_error("line_scribbler", "not trusted")) {
+    every_case_an_error("line_scribbler", "bad reply frame to append_attend"); // server isolation: no frame
+    for (const auto& c : every_case_an_error("line_scribbler", "not trusted", " --isolation fork")) {
         EXPECT_NE(c.dump().find("the result the pipe also carried: PASS"), std::string::npos) << c.dump();
         EXPECT_EQ(c.value("headroom", 0.0), 0.0) << c.dump();
         EXPECT_FALSE(c.contains("mismatch")) << c.dump();

@@ -38,13 +38,14 @@ std::string serve(const std::string& lib) { return kKvcheck + " serve-plugin " +
 
 class Parity : public ::testing::TestWithParam<std::string> {};
 
-// Every case gets the same verdict (and headroom) through the plugin route and through the pipe route: the protocol
-// carries every capability and config field a plugin can declare (windows, fixed parameters, MLA shapes).
+// Every case gets the same verdict (and headroom) through the plugin route (the plugin loaded in the grading process:
+// fork isolation) and through the pipe route: the protocol carries every capability and config field a plugin can
+// declare (windows, fixed parameters, MLA shapes).
 TEST_P(Parity, SameVerdictsThroughPluginAndPipe) {
     const fs::path dir = fresh_test_dir(kWork, "parity_");
     const std::string lib = GetParam();
     const std::string common = " --profile core --cases 6 --timeout 20";
-    const Outcome a = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) + common +
+    const Outcome a = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) + common + " --isolation fork" +
                                            " --report plugin.json --counterexamples ce-plugin");
     const Outcome b = run_kvcheck(dir, "validate --connect " + quote(serve(lib)) + common +
                                            " --report pipe.json --counterexamples ce-pipe");
@@ -202,18 +203,40 @@ void PrintTo(const Forger& f, std::ostream* os) { *os << f.lib; }
 
 class ServerIsolation : public ::testing::TestWithParam<Forger> {};
 
+// The default for a host operation-level plugin is server isolation, so a forger ends NOT CONFORMANT without any
+// option; under fork isolation, asked for, it forges its PASS (exit 0), which shows the double forges for real and the
+// server is what stops it.
 TEST_P(ServerIsolation, AForgerEndsNotConformant) {
     const Forger f = GetParam();
-    const fs::path dir = fresh_test_dir(kWork, "forger_");
-    const Outcome o = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + f.lib) +
-                                           " --isolation server --profile core --cases 2 --filter EQUIV --timeout 3"
-                                           " --report r.json");
-    ASSERT_EQ(o.rc, 1) << o.all();
-    EXPECT_NE(o.out.find("isolation: server"), std::string::npos) << o.out;
-    const nlohmann::json j = nlohmann::json::parse(read_file(dir / "r.json"));
-    const auto& cases = j.at("implementations").at(0).at("cases");
-    ASSERT_EQ(cases.size(), 2u) << o.all();
-    for (const auto& c : cases) EXPECT_EQ(c.at("verdict"), f.column) << o.all();
+    for (const std::string isolation : {"", " --isolation server", " --isolation fork"}) {
+        const fs::path dir = fresh_test_dir(kWork, "forger_");
+        const Outcome o = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + f.lib) + isolation +
+                                               " --profile core --cases 2 --filter EQUIV --timeout 3 --report r.json");
+        const bool forked = isolation == " --isolation fork";
+        ASSERT_EQ(o.rc, forked ? 0 : 1) << isolation << "\n" << o.all();
+        EXPECT_NE(o.out.find(forked ? "isolation: fork" : "isolation: server"), std::string::npos) << o.out;
+        const nlohmann::json j = nlohmann::json::parse(read_file(dir / "r.json"));
+        const auto& cases = j.at("implementations").at(0).at("cases");
+        ASSERT_EQ(cases.size(), 2u) << o.all();
+        for (const auto& c : cases) EXPECT_EQ(c.at("verdict"), forked ? "PASS" : f.column) << isolation << o.all();
+    }
+}
+
+// --isolation auto serves what the server can judge, and only that: a host plugin with the operation-level table
+// only; a library with a model-level table, and a built-in, run in a forked case process as before.
+TEST(ServerIsolationParity, AutoServesHostOperationLevelPlugins) {
+    const fs::path dir = fresh_test_dir(kWork, "server_auto_");
+    const auto isolation_of = [&](const std::string& what, const std::string& property = "EQUIV") {
+        const Outcome o = run_kvcheck(dir, "validate " + what + " --cases 1 --filter " + property + " --report r.json");
+        EXPECT_TRUE(o.rc == 0 || o.rc == 1) << what << "\n" << o.all();
+        const nlohmann::json j = nlohmann::json::parse(read_file(dir / "r.json"), nullptr, false);
+        return j.is_discarded() ? std::string("(no report)")
+                                : j.at("implementations").at(0).at("isolation").get<std::string>();
+    };
+    EXPECT_EQ(isolation_of("--plugin " + quote(kLib + "/libkvcheck_double_correct.so")), "server");
+    EXPECT_EQ(isolation_of("--plugin " + quote(kLib + "/libkvcheck_model_double_layer_cache.so"), "MODEL-LOGITS"),
+              "fork");
+    EXPECT_EQ(isolation_of("--builtin example"), "fork");
 }
 
 INSTANTIATE_TEST_SUITE_P(Forgers, ServerIsolation,
@@ -228,7 +251,8 @@ TEST(ServerIsolationParity, GivesThePluginRoutesVerdicts) {
                             "libkvcheck_double_overrun_out_past.so", "libkvcheck_double_crash.so"}) {
         const fs::path dir = fresh_test_dir(kWork, "server_parity_");
         const std::string common = " --profile core --cases 3 --timeout 20";
-        const Outcome a = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) + common + " --report a.json");
+        const Outcome a = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) + common +
+                                               " --isolation fork --report a.json");
         const Outcome b = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) + common +
                                                " --isolation server --report b.json");
         ASSERT_TRUE(a.rc == 0 || a.rc == 1) << lib << "\n" << a.all();

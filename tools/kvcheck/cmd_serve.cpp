@@ -26,14 +26,19 @@ bool take_stdio(int* in, int* out) {
     return true;
 }
 
-int serve_plugin(const std::string& path) {
+int serve_plugin(const std::string& path, int notes_fd) {
     std::fflush(stdout);
+    if (notes_fd >= 0 && ::fcntl(notes_fd, F_SETFD, FD_CLOEXEC) != 0) {
+        std::fprintf(stderr, "kvcheck serve-plugin: --notes-fd %d: not an open descriptor\n", notes_fd);
+        return kExitBadInput;
+    }
     int in = -1, out = -1;
     if (!take_stdio(&in, &out)) {
         std::fprintf(stderr, "kvcheck serve-plugin: cannot set up stdin and stdout\n");
         return kExitInternal;
     }
     pipe::ServeOptions o;
+    o.notes_fd = notes_fd;
     // The reading is exact only with glibc's per-thread cache off, which main() arranges for every kvcheck process.
     if (prop::heap_accounting_exact() && !prop::heap_watch_blind_reason())
         o.reading = [] { return static_cast<uint64_t>(prop::heap_in_use()); };
@@ -50,12 +55,17 @@ int serve_plugin(const std::string& path) {
 } // namespace
 
 void add_serve_command(CLI::App& app, int& exit_code) {
-    static std::string path; // CLI11 keeps references: the option must outlive parse()
+    static std::string path; // CLI11 keeps references: the options must outlive parse()
+    static int notes_fd = -1;
     auto* cmd = app.add_subcommand("serve-plugin", "Serve a plugin over the pipe protocol on stdin and stdout "
                                                    "(docs/protocol.md), for validate --connect. Exit 0 when stdin ends, "
                                                    "2 on a frame that breaks the protocol or a plugin that cannot load");
     cmd->add_option("plugin", path, "the plugin shared library")->check(path_given())->required();
-    cmd->callback([&exit_code] { exit_code = serve_plugin(path); });
+    cmd->add_option("--notes-fd", notes_fd,
+                    "a descriptor open for writing where the guards' fault line and the memory limit's refusals are "
+                    "noted (server isolation sets it; docs/protocol.md, Notes)")
+        ->check(CLI::Range(3, 1 << 20));
+    cmd->callback([&exit_code] { exit_code = serve_plugin(path, notes_fd); });
 }
 
 } // namespace kvc::cli

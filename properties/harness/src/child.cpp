@@ -1,5 +1,6 @@
 #include "kvcheck/harness/child.hpp"
 
+#include "kvcheck/harness/input_file.hpp"
 #include "kvcheck/harness/report.hpp"
 #include "kvcheck/model/model_case.hpp"
 #include "kvcheck/model/model_properties.hpp"
@@ -31,24 +32,11 @@ using prop::Verdict;
 
 uint64_t g_memory_limit = 0; // the request's memory_limit (RLIMIT_AS of this process); 0: none
 
-// The most address space this process held at once (VmPeak), in bytes; 0 when /proc cannot say.
-uint64_t address_space_peak() {
-    FILE* f = std::fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (std::fgets(line, sizeof line, f))
-        if (std::sscanf(line, "VmPeak: %llu kB", &kib) == 1) break;
-    std::fclose(f);
-    return static_cast<uint64_t>(kib) * 1024;
-}
-
 // "M" (the memory limit refused an allocation) before a result that ran out of memory when the limit is the likely
-// cause: the implementation's allocator was refused (refused_allocation.hpp), or the address space came within an
-// eighth of the limit. Otherwise an OUT_OF_MEMORY status is the implementation's own word, and is quoted as such.
+// cause, in this process or (server isolation) in the served plugin's, which says so on its notes pipe.
 std::string limit_marker(const prop::CaseResult& r) {
     if (!g_memory_limit || !r.out_of_memory) return "";
-    if (prop::allocation_was_refused() || address_space_peak() >= g_memory_limit - g_memory_limit / 8) return "M\n";
+    if (prop::memory_limit_likely_hit(g_memory_limit) || pipe::client_notes().allocation_refused) return "M\n";
     return "";
 }
 
@@ -65,6 +53,10 @@ bool pipe_broke(prop::CaseResult& r) {
                 : b->kind == pipe::Breakdown::Kind::Timeout ? Verdict::Timeout
                                                             : Verdict::Error;
     r.reason = b->text;
+    if (const std::string fault = pipe::client_notes().guard_fault;
+        b->kind == pipe::Breakdown::Kind::Crash && !fault.empty())
+        r.reason += ": " + printable(fault) + ": an implementation may reach only the buffers it is lent, within "
+                                              "their size";
     r.failed_property.clear();
     r.mismatch.reset();
     return true;
@@ -85,7 +77,7 @@ prop::Target load_in_child(const nlohmann::json& req) {
     if (req.contains("connect")) {
         const std::string command = req.at("connect").get<std::string>();
         try {
-            pipe::connect(command, req.at("reply_timeout").get<double>());
+            pipe::connect(command, req.at("reply_timeout").get<double>(), req.value("served", false));
         } catch (const pipe::ConnectError& e) {
             if (e.misbehaved()) throw prop::PluginMisbehaved(e.what());
             throw prop::LoadError(e.what());
@@ -331,6 +323,7 @@ nlohmann::json request_for(const Subject& s, const std::string& kind) {
     else if (!s.connect.empty()) {
         req["connect"] = s.connect;
         req["reply_timeout"] = s.reply_timeout;
+        if (s.served) req["served"] = true;
     } else req["builtin"] = s.builtin;
     return req;
 }

@@ -246,49 +246,60 @@ std::vector<Subject> load_subjects(const std::string& plugin, const std::string&
 
 namespace {
 
-// --isolation server: the plugin is probed as usual (in a probe child), then judged through the pipe route with
-// `kvcheck serve-plugin PATH` as the client, so that no process that grades ever runs the plugin's code. The model
-// level and the device watch still need the plugin in the process that grades: refused here, never half judged.
-Subject load_served(const std::string& plugin, const std::string& builtin, const std::string& connect,
-                    const IsolationOptions& o) {
-    if (plugin.empty() || !builtin.empty() || !connect.empty())
-        throw BadInput("--isolation server serves a plugin: give --plugin PATH (a built-in is kvcheck's own code, and "
-                       "--connect runs its own process already)");
-    IsolationOptions in_process = o;
-    in_process.isolation = "auto";
-    const Subject probed = load_subjects(plugin, "", false, in_process).front();
+// Server isolation: a plugin already probed (in a probe child) is then judged through the pipe route with
+// `kvcheck serve-plugin --notes-fd 3 PATH` as the client, so that no process that grades ever runs the plugin's code.
+// The model level and the device watch still need the plugin in the process that grades: refused here (asked for
+// explicitly), never half judged; `--isolation auto` does not serve such a plugin (served_by_default).
+Subject serve(const Subject& probed, const IsolationOptions& o) {
     if (probed.model)
-        throw BadInput(plugin + ": --isolation server judges the operation level only, and this plugin exports a "
-                                "model table; judge it without --isolation server");
+        throw BadInput(probed.plugin_file + ": --isolation server judges the operation level only, and this plugin "
+                                            "exports a model table; judge it with --isolation auto, fork or exec");
     if (probed.target.caps.memory_space == KVC_MEMORY_DEVICE)
-        throw BadInput(plugin + ": --isolation server cannot watch device memory (the watch reads in the process that "
-                                "loads the plugin); judge it without --isolation server");
+        throw BadInput(probed.plugin_file + ": --isolation server cannot watch device memory (the watch reads in the "
+                                            "process that loads the plugin); judge it with --isolation auto or exec");
     std::error_code ec;
     const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (ec) throw std::runtime_error("--isolation server: cannot find kvcheck's own executable (/proc/self/exe)");
     const std::string file = std::filesystem::absolute(probed.plugin_file).string();
-    Subject s = load_connected(shell_quote(self.string()) + " serve-plugin " + shell_quote(file), o);
+    // (exec: the shell becomes kvcheck, so that how the process ended is the plugin's doing, not the shell's report)
+    Subject s = load_connected("exec " + shell_quote(self.string()) + " serve-plugin --notes-fd 3 " +
+                                   shell_quote(file), o, true);
     s.target.origin = probed.plugin_file + " (served by kvcheck serve-plugin)";
-    s.target_args = "--plugin " + shell_quote(plugin);
+    s.target_args = probed.target_args;
     s.isolation = Isolation::Server;
     return s;
+}
+
+// What `--isolation auto` serves: a host plugin with the operation-level table only.
+bool served_by_default(const Subject& probed) {
+    return !probed.plugin_file.empty() && probed.operation && !probed.model &&
+           probed.target.caps.memory_space != KVC_MEMORY_DEVICE;
 }
 
 } // namespace
 
 std::vector<Subject> subjects_of(const std::string& plugin, const std::string& builtin, const std::string& connect,
                                  bool allow_all, const IsolationOptions& o, std::vector<Skipped>* skipped) {
-    if (o.isolation == "server") return {load_served(plugin, builtin, connect, o)};
-    if (connect.empty()) return load_subjects(plugin, builtin, allow_all, o, skipped);
-    if (!plugin.empty() || !builtin.empty())
-        throw BadInput("give exactly one of --plugin PATH, --builtin NAME or --connect COMMAND");
-    return {load_connected(connect, o)};
+    if (o.isolation == "server" && (plugin.empty() || !builtin.empty() || !connect.empty()))
+        throw BadInput("--isolation server serves a plugin: give --plugin PATH (a built-in is kvcheck's own code, and "
+                       "--connect runs its own process already)");
+    if (!connect.empty()) {
+        if (!plugin.empty() || !builtin.empty())
+            throw BadInput("give exactly one of --plugin PATH, --builtin NAME or --connect COMMAND");
+        return {load_connected(connect, o)};
+    }
+    std::vector<Subject> subjects = load_subjects(plugin, builtin, allow_all, o, skipped);
+    if (!plugin.empty() &&
+        (o.isolation == "server" || (o.isolation == "auto" && served_by_default(subjects.front()))))
+        subjects.front() = serve(subjects.front(), o);
+    return subjects;
 }
 
-Subject load_connected(const std::string& command, const IsolationOptions& o) {
+Subject load_connected(const std::string& command, const IsolationOptions& o, bool served) {
     if (command.find_first_not_of(" \t") == std::string::npos) throw BadInput("--connect: an empty command");
     Subject s;
     s.connect = command;
+    s.served = served;
     // A reply may take most of a case's time, never all of it: the proxy then names the request that hangs before
     // the case's own timeout ends the process.
     s.reply_timeout = 0.8 * o.timeout;

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -44,12 +46,12 @@ void close_fd(int& fd) {
 
 } // namespace
 
-void Channel::start(const std::string& command) {
-    int in[2], out[2];
+void Channel::start(const std::string& command, bool notes) {
+    int in[2], out[2] = {-1, -1}, note[2] = {-1, -1};
     if (::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-    if (::pipe2(out, O_CLOEXEC) != 0) {
-        ::close(in[0]);
-        ::close(in[1]);
+    if (::pipe2(out, O_CLOEXEC) != 0 || (notes && ::pipe2(note, O_CLOEXEC) != 0)) {
+        for (int fd : {in[0], in[1], out[0], out[1]})
+            if (fd >= 0) ::close(fd);
         throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
     }
     // A client that ends while a request is written must be an EPIPE here, not a SIGPIPE that ends the case process.
@@ -59,14 +61,19 @@ void Channel::start(const std::string& command) {
     if (pid == 0) {
         // The client: the request pipe on stdin, the reply pipe on stdout, stderr as the case process has it (the
         // harness captures it), and no other descriptor: the case process's result pipe must stay out of its reach.
-        if (::dup2(in[0], 0) < 0 || ::dup2(out[1], 1) < 0) _exit(127);
+        if (::dup2(in[0], 0) < 0 || ::dup2(out[1], 1) < 0 || (notes && ::dup2(note[1], 3) < 0)) _exit(127);
         ::signal(SIGPIPE, SIG_DFL);
-        ::syscall(SYS_close_range, 3u, ~0u, 0u);
+        ::syscall(SYS_close_range, notes ? 4u : 3u, ~0u, 0u);
         ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
         _exit(127);
     }
     ::close(in[0]);
     ::close(out[1]);
+    if (notes) {
+        ::close(note[1]);
+        notes_ = note[0];
+        ::fcntl(notes_, F_SETFL, ::fcntl(notes_, F_GETFL) | O_NONBLOCK);
+    }
     pid_ = pid;
     to_client_ = in[1];
     from_client_ = out[0];
@@ -154,6 +161,24 @@ std::size_t Channel::unrequested(unsigned char* buf, std::size_t cap) {
     return total;
 }
 
+void Channel::take_notes(char* buf, std::size_t* len, std::size_t cap) {
+    if (notes_ < 0) return;
+    for (;;) {
+        char chunk[512];
+        const ssize_t r = ::read(notes_, chunk, sizeof chunk);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return;
+        const std::size_t keep = std::min(cap - *len, static_cast<std::size_t>(r));
+        std::memcpy(buf + *len, chunk, keep);
+        *len += keep;
+        if (*len == cap) return; // more than a note is not read: the rest is not kvcheck's
+    }
+}
+
+int Channel::exit_status() const {
+    return reaped_ && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) <= 128 ? WEXITSTATUS(wait_status_) : -1;
+}
+
 void Channel::describe_end(double wait_s, char* out, std::size_t cap) {
     const double deadline = now_s() + wait_s;
     while (!reaped_ && pid_ > 0) {
@@ -172,7 +197,13 @@ void Channel::describe_end(double wait_s, char* out, std::size_t cap) {
         std::snprintf(out, cap, "exited with status %d (as a shell reports a command that died of signal %d)",
                       WEXITSTATUS(wait_status_), WEXITSTATUS(wait_status_) - 128);
     else if (WIFEXITED(wait_status_)) std::snprintf(out, cap, "exited with status %d", WEXITSTATUS(wait_status_));
-    else if (WIFSIGNALED(wait_status_))
+    else if (WIFSIGNALED(wait_status_) && sigabbrev_np(WTERMSIG(wait_status_))) {
+        // Worded as the harness words a case process's death ("died of SIGSEGV (segmentation fault)").
+        const int sig = WTERMSIG(wait_status_);
+        const int n = std::snprintf(out, cap, "died of SIG%s (%s)", sigabbrev_np(sig), strsignal(sig));
+        const std::size_t paren = std::strlen("died of SIG") + std::strlen(sigabbrev_np(sig)) + 2;
+        if (n > 0 && paren < cap && out[paren]) out[paren] = static_cast<char>(std::tolower(out[paren]));
+    } else if (WIFSIGNALED(wait_status_))
         std::snprintf(out, cap, "died of signal %d (%s)", WTERMSIG(wait_status_), strsignal(WTERMSIG(wait_status_)));
     else std::snprintf(out, cap, "ended");
 }
@@ -191,6 +222,7 @@ void Channel::kill_client() {
     }
     close_fd(to_client_);
     close_fd(from_client_);
+    close_fd(notes_);
 }
 
 MappedBuffer::~MappedBuffer() {

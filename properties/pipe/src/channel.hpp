@@ -18,8 +18,10 @@ enum class IoEnd { Done, Eof, TimedOut, Failed };
 class Channel {
 public:
     // Runs `/bin/sh -c command` with its stdin and stdout on two pipes (stderr inherited, every other descriptor
-    // closed). Throws std::runtime_error when no pipe or process can be made.
-    void start(const std::string& command);
+    // closed). With `notes`, a third pipe is the client's descriptor 3: kvcheck serve-plugin writes there what its
+    // process learns as it dies or runs out of memory (docs/protocol.md, "Notes"). Throws std::runtime_error when no
+    // pipe or process can be made.
+    void start(const std::string& command, bool notes = false);
     // A client that is not a process of ours (the frame-reader fuzz target): the two descriptors, taken over.
     void attach(int to_client, int from_client);
     bool started() const { return pid_ >= 0; }
@@ -33,10 +35,14 @@ public:
     // Bytes the client wrote without being asked (read and dropped, at most `cap` of them kept in buf); 0 if none.
     std::size_t unrequested(unsigned char* buf, std::size_t cap);
     int last_errno() const { return errno_; }
+    // What arrived on the notes pipe so far, appended to buf[*len..cap) (never blocks; nothing without notes).
+    void take_notes(char* buf, std::size_t* len, std::size_t cap);
 
-    // How the client has ended, in words, waiting up to wait_s for it: "exited with status 3", "died of signal 11
-    // (Segmentation fault)", or "is still running". Written into out (NUL-terminated).
+    // How the client has ended, in words, waiting up to wait_s for it: "exited with status 3", "died of SIGSEGV
+    // (segmentation fault)", or "is still running". Written into out (NUL-terminated).
     void describe_end(double wait_s, char* out, std::size_t cap);
+    // After describe_end(): the exit status of a client that exited by itself (not by a signal), else -1.
+    int exit_status() const;
     // Closes the client's stdin (its signal to end), waits up to wait_s for it to exit, then kills it.
     void close_and_wait(double wait_s);
     // SIGKILL to the client and reaps it (a hung or misbehaving client must not outlive its judgement).
@@ -44,7 +50,7 @@ public:
 
 private:
     pid_t pid_ = -1; // 0: attached descriptors, no process
-    int to_client_ = -1, from_client_ = -1;
+    int to_client_ = -1, from_client_ = -1, notes_ = -1;
     int errno_ = 0;
     bool reaped_ = false;
     int wait_status_ = 0;

@@ -52,6 +52,9 @@ struct Connection {
     char name[kMaxNameBytes + 1] = "", version[kMaxNameBytes + 1] = "";
     kvc_caps caps{};
     bool mirrored = false; // the client's readings are followed (a process of ours, a heap watch that can see it)
+    bool served = false;   // the client is kvcheck serve-plugin: its process is the implementation's
+    char notes[2048] = "";
+    std::size_t n_notes = 0;
     bool broken = false;
     Breakdown::Kind kind = Breakdown::Kind::Error;
     char broken_text[kTextBytes] = "";
@@ -86,12 +89,19 @@ __attribute__((format(printf, 3, 4))) void say(char* dst, std::size_t cap, const
 
 void set_text(char* dst, const char* src) { say(dst, kTextBytes, "%s", src); }
 
+// Keeps what the notes pipe holds before the channel closes it (the fault line of a client that died is there).
+void drain_notes() {
+    Connection& c = conn();
+    c.channel.take_notes(c.notes, &c.n_notes, sizeof c.notes);
+}
+
 // The connection breaks: the words name the request, and the client is killed so that nothing it does later counts.
 kvc_status fail(Breakdown::Kind kind, char* msg_out, const char* fmt, const char* op, uint32_t seq, const char* detail) {
     Connection& c = conn();
     say(c.broken_text, sizeof c.broken_text, fmt, op, seq, detail);
     c.broken = true;
     c.kind = kind;
+    drain_notes();
     c.channel.kill_client();
     if (msg_out) set_text(msg_out, c.broken_text);
     return KVC_ERR_INTERNAL;
@@ -117,10 +127,18 @@ std::size_t take_far_violations(const prop::FarViolation** out) {
 }
 
 // How the client ended, for a message: waits a little for it, since an EOF often comes just before the exit status.
+// A served plugin's process exits mid-call only because the implementation called exit(): worded as the harness
+// words that of a case process.
 const char* ending(char* buf, std::size_t cap) {
-    conn().channel.describe_end(1.0, buf, cap);
+    Connection& c = conn();
+    c.channel.describe_end(1.0, buf, cap);
+    if (c.served && c.channel.exit_status() >= 0)
+        say(buf, cap, "ended when the implementation ended the process (exit status %d)", c.channel.exit_status());
     return buf;
 }
+
+// The process that the words name: under server isolation it is the implementation's own.
+const char* client_process() { return conn().served ? "serve-plugin process" : "client process"; }
 
 // One request and its reply. `req` holds the request's payload parts (the header is prepended here); `out` the
 // buffers the reply body goes into, `body` its exact length. Returns the client's status; on anything but KVC_OK
@@ -166,9 +184,10 @@ kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iove
     }
     if (w != IoEnd::Done) {
         char how[256];
-        say(detail, sizeof detail, "%s (%s)", ending(how, sizeof how), std::strerror(c.channel.last_errno()));
-        return fail(Breakdown::Kind::Crash, msg_out,
-                    "the client process could not take the request frame %s (request #%u): it %s", name, seq, detail);
+        say(detail, sizeof detail, "the %s %s (%s)", client_process(), ending(how, sizeof how),
+            std::strerror(c.channel.last_errno()));
+        return fail(Breakdown::Kind::Crash, msg_out, "the request frame %s (request #%u) could not be written: %s",
+                    name, seq, detail);
     }
     // The reply: header, then the 16-byte prefix, then the message or the body.
     unsigned char rhead[kHeaderBytes + kReplyPrefixBytes];
@@ -182,9 +201,9 @@ kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iove
             return fail(Breakdown::Kind::Timeout, msg_out, "the reply to %s (request #%u): %s", name, seq, detail);
         }
         if (got == 0 && std::strcmp(part, "header") == 0)
-            say(detail, sizeof detail, "the client process %s before it replied", ending(how, sizeof how));
+            say(detail, sizeof detail, "the %s %s before it replied", client_process(), ending(how, sizeof how));
         else
-            say(detail, sizeof detail, "the client process %s after %zu byte(s) of the %s (a short frame)",
+            say(detail, sizeof detail, "the %s %s after %zu byte(s) of the %s (a short frame)", client_process(),
                 ending(how, sizeof how), got, part);
         return fail(Breakdown::Kind::Crash, msg_out, "the reply to %s (request #%u): %s", name, seq, detail);
     };
@@ -477,11 +496,12 @@ void handshake(const std::string& command);
 
 } // namespace
 
-void connect(const std::string& command, double reply_timeout_s) {
+void connect(const std::string& command, double reply_timeout_s, bool served) {
     Connection& c = conn();
     if (c.channel.started()) throw ConnectError("kvcheck's pipe proxy is connected already", false);
     c.timeout_s = reply_timeout_s;
-    c.channel.start(command);
+    c.served = served;
+    c.channel.start(command, served);
     // Under AddressSanitizer the heap watch is blind (heap.hpp) and a resized block is copied each time: no mirror.
     c.mirrored = !prop::kBuiltWithAddressSanitizer;
     handshake(command);
@@ -570,6 +590,22 @@ const kvc_plugin_api* proxy_entry(uint32_t, uint32_t) {
     return conn().channel.started() ? &conn().table : nullptr;
 }
 
+ClientNotes client_notes() {
+    Connection& c = conn();
+    drain_notes();
+    ClientNotes n;
+    std::size_t at = 0;
+    while (at < c.n_notes) {
+        const char* nl = static_cast<const char*>(std::memchr(c.notes + at, '\n', c.n_notes - at));
+        if (!nl) break; // a line still being written (or cut at the cap): not a note
+        const std::string line(static_cast<const char*>(c.notes + at), nl);
+        at = static_cast<std::size_t>(nl - c.notes) + 1;
+        if (line == "M") n.allocation_refused = true;
+        else if (line.size() > 2 && line[0] == prop::kGuardFaultTag && line[1] == ' ') n.guard_fault = line.substr(2);
+    }
+    return n;
+}
+
 std::optional<Breakdown> breakdown() {
     const Connection& c = conn();
     if (!c.broken) return std::nullopt;
@@ -578,6 +614,7 @@ std::optional<Breakdown> breakdown() {
 
 void disconnect() {
     Connection& c = conn();
+    drain_notes();
     c.channel.close_and_wait(1.0);
 }
 

@@ -2,7 +2,10 @@
 
 #include "channel.hpp"
 #include "kvcheck/pipe/protocol.hpp"
+#include "kvcheck/properties/refused_allocation.hpp"
 #include "lent.hpp"
+
+#include <sys/resource.h>
 
 #include <sys/uio.h>
 #include <unistd.h>
@@ -191,6 +194,9 @@ private:
     bool error(kvc_status st, const char* message) { return reply(st, message, nullptr, 0); }
     bool status(kvc_status st, kvc_cache* cache, struct iovec* body = nullptr, int n = 0) {
         if (st == KVC_OK) return ok(body, n);
+        if (st == KVC_ERR_OUT_OF_MEMORY && o_.notes_fd >= 0 && prop::memory_limit_likely_hit(address_limit()) &&
+            ::write(o_.notes_fd, "M\n", 2) < 0) {
+        } // (a note the proxy cannot read only loses the limit's name from the words)
         const char* m = api_->last_error(cache);
         return error(st, m ? m : "(no message)");
     }
@@ -231,7 +237,14 @@ private:
     template <typename F>
     kvc_status lent_call(const char* call, F&& f) {
         const prop::LentCall naming(call);
-        return f();
+        const kvc_status st = f();
+        prop::note_if_refused(st, errno);
+        return st;
+    }
+    // This process's address-space limit (RLIMIT_AS, inherited from the case process); 0: none.
+    static uint64_t address_limit() {
+        struct rlimit l{};
+        return ::getrlimit(RLIMIT_AS, &l) == 0 && l.rlim_cur != RLIM_INFINITY ? static_cast<uint64_t>(l.rlim_cur) : 0;
     }
 
     bool dispatch() {
@@ -331,6 +344,7 @@ private:
                 return error(KVC_ERR_UNSUPPORTED, "not provided by the plugin");
             const kvc_status st = fork ? api_->fork(s->cache, get_u32(req_ + 8), get_u32(req_ + 12))
                                        : api_->release(s->cache, get_u32(req_ + 8));
+            prop::note_if_refused(st, errno);
             return status(st, s->cache);
         }
         }
@@ -491,6 +505,8 @@ private:
 } // namespace
 
 int serve(const kvc_plugin_api* api, const kvc_caps& caps, int in_fd, int out_fd, const ServeOptions& options) {
+    // A far stray write faults in a protected guard page: the line naming the buffer goes where the proxy reads it.
+    if (options.notes_fd >= 0) prop::report_guard_faults_to(options.notes_fd);
     Server s(api, caps, in_fd, out_fd, options);
     const int rc = s.run();
     s.destroy_all();

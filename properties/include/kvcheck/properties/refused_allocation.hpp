@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 
 namespace kvc::prop {
 
@@ -18,5 +20,24 @@ inline void note_if_refused(kvc_status s, int errno_after) {
 }
 
 inline bool allocation_was_refused() { return g_refused_allocation; }
+
+// The most address space this process held at once (VmPeak), in bytes; 0 when /proc cannot say.
+inline uint64_t address_space_peak() {
+    std::FILE* f = std::fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "VmPeak: %llu kB", &kib) == 1) break;
+    std::fclose(f);
+    return static_cast<uint64_t>(kib) * 1024;
+}
+
+// Whether an OUT_OF_MEMORY is likely the doing of this process's address-space `limit` (0: none, never): the
+// implementation's allocator was refused, or the address space came within an eighth of the limit. Otherwise the
+// status is the implementation's own word, and is quoted as such.
+inline bool memory_limit_likely_hit(uint64_t limit) {
+    return limit && (allocation_was_refused() || address_space_peak() >= limit - limit / 8);
+}
 
 } // namespace kvc::prop

@@ -43,6 +43,7 @@ struct Subject {
     std::string plugin_file; // what a child dlopen()s, or
     std::string builtin;     // the built-in a child takes, or
     std::string connect;     // the command of a client process a child starts and talks to (docs/protocol.md)
+    bool served = false;     // connect is kvcheck serve-plugin around a plugin (server isolation): its notes are read
     double reply_timeout = 0; // --connect: seconds the proxy waits for one reply before the connection breaks
     Isolation isolation = Isolation::Fork;
     uint64_t memory_limit = 0;       // RLIMIT_AS of each case's child; 0: none
@@ -78,13 +79,15 @@ struct Skipped {
 std::vector<Subject> load_subjects(const std::string& plugin, const std::string& builtin, bool allow_all,
                                    const IsolationOptions& o, std::vector<Skipped>* skipped = nullptr);
 
-// load_subjects, or load_connected when `connect` is given (then plugin and builtin must not be).
+// load_subjects, or load_connected when `connect` is given (then plugin and builtin must not be). A plugin is then
+// served (server isolation) when --isolation is server, or auto and the plugin is a host operation-level one.
 std::vector<Subject> subjects_of(const std::string& plugin, const std::string& builtin, const std::string& connect,
                                  bool allow_all, const IsolationOptions& o, std::vector<Skipped>* skipped = nullptr);
 
 // --connect COMMAND: the client process a probe child starts, and what it declares over the pipe protocol. Throws
 // BadInput (it cannot serve this kvcheck) or PluginFailed (it crashed, hung or broke the protocol while connecting).
-Subject load_connected(const std::string& command, const IsolationOptions& o);
+// `served`: the command is kvcheck serve-plugin with --notes-fd 3 (server isolation).
+Subject load_connected(const std::string& command, const IsolationOptions& o, bool served = false);
 
 // The lines printed before its cases run, and its entry in the JSON report (without counts).
 std::string subject_header(const Subject& s);

@@ -29,8 +29,10 @@ private:
 };
 
 // Starts `/bin/sh -c command`, exchanges hello and get_caps, and makes the table ready. One connection per process;
-// reply_timeout_s bounds every wait for a reply (and for the client to take a request). Throws ConnectError.
-void connect(const std::string& command, double reply_timeout_s);
+// reply_timeout_s bounds every wait for a reply (and for the client to take a request). `served`: the command is
+// kvcheck serve-plugin with --notes-fd 3 (server isolation): its notes pipe is read, and its process is the
+// implementation's in the words of a breakdown. Throws ConnectError.
+void connect(const std::string& command, double reply_timeout_s, bool served = false);
 
 // connect() over two descriptors instead of a process of its own (the frame-reader fuzz target feeds replies this
 // way), and reset(), which forgets the connection and closes them, so that the next connect starts afresh.
@@ -47,6 +49,15 @@ struct Breakdown {
 };
 // The connection's breakdown, if it broke.
 std::optional<Breakdown> breakdown();
+
+// What a served plugin's process wrote on its notes pipe so far (docs/protocol.md, "Notes"): that the memory limit
+// refused an allocation ("M"), and the guards' fault line as it died ("G ..."). Words only: the plugin can write
+// there too, so nothing here decides a verdict; it names the cause of an OUT_OF_MEMORY or of a CRASH.
+struct ClientNotes {
+    bool allocation_refused = false;
+    std::string guard_fault;
+};
+ClientNotes client_notes();
 
 // Ends the client: closes its stdin, lets it exit, kills it when it does not within a second.
 void disconnect();

@@ -15,6 +15,9 @@ struct ServeOptions {
     // Set when the table could not be made: hello is answered with KVC_ERR_UNSUPPORTED and this message, then the
     // server ends (the proxy reports the words as a plugin that cannot be loaded).
     std::string load_error;
+    // The notes descriptor (server isolation; docs/protocol.md, "Notes"), -1: none. An OUT_OF_MEMORY reply that the
+    // memory limit likely caused is preceded by "M\n" there, and the guards' fault handler writes its line there.
+    int notes_fd = -1;
 };
 
 // Serves requests from in_fd, replies to out_fd, until in_fd ends (0) or a frame breaks the protocol (2, the reason
