@@ -38,9 +38,10 @@ export KVC_PIPELINE_ROWS="${KVC_PIPELINE_ROWS:-2000}"
 # sweeps, whose code paths the rest of the suite also runs under the sanitizers. Pipelines/EveryCorrectOrder and
 # Tolerance.HonestPipelines... (tolerance arithmetic over thousands of rows; Pipelines.* and Tolerance.* others run),
 # Cli.BuiltinExampleIsConformant (a full validate; Cli.CorrectPluginIsConformant runs the same path), vectors.ort.gqa
-# (ONNX Runtime from PyPI: third-party code; vectors.e2e.* run export and grade). KVCHECK_SANITIZE_EXCLUDE= runs all.
+# and vectors.ort.gqa_window (ONNX Runtime from PyPI: third-party code; vectors.e2e.* run export and grade).
+# KVCHECK_SANITIZE_EXCLUDE= runs all.
 longest='^(Pipelines/EveryCorrectOrder\.|Tolerance\.HonestPipelinesInAnyOrderPassEquivWithoutWarnings$'
-longest+='|Cli\.BuiltinExampleIsConformant$|vectors\.ort\.gqa$)'
+longest+='|Cli\.BuiltinExampleIsConformant$|vectors\.ort\.gqa(_window)?$)'
 exclude="${KVCHECK_SANITIZE_EXCLUDE-$longest}"
 echo "[sanitize] ctest --test-dir $dir -j $jobs (RC_PARAMS=\"$RC_PARAMS\" KVC_PIPELINE_ROWS=$KVC_PIPELINE_ROWS)"
 echo "[sanitize] not run under the sanitizers: ${exclude:-nothing}"

@@ -293,7 +293,7 @@ private:
                 why += "; the outputs match query head h reading KV head h % n_kv_heads ('tile') instead of "
                        "h / (n_q_heads / n_kv_heads) ('repeat')";
         }
-        if (cfg_.window(layer) > 0) why += window_diagnosis(layer, rows, model_.stream(seq, layer));
+        if (cfg_.window(layer) > 0) why += window_diagnosis(model_, seq, layer, pipeline_, rows);
         if (checks_.diagnose_layers)
             for (uint32_t other = 0; other < cfg_.n_layers; ++other) {
                 // another layer as long as the graded rows' history (a sampled row's history is truncated)
@@ -305,54 +305,6 @@ private:
                 }
             }
         return why;
-    }
-
-    // What a windowed layer's failed outputs match instead, told at the first row that fails: a window one key too
-    // wide or too narrow, the window of the call's first row used for every row, or the sinks left out. Each is
-    // graded with the bound of the declared pipeline, as the outputs were.
-    std::string window_diagnosis(uint32_t layer, const GradedRows& rows, const CacheModel::Stream& s) const {
-        const uint32_t W = cfg_.window(layer), S = cfg_.n_sinks;
-        const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * cfg_.head_dim;
-        const size_t orow = static_cast<size_t>(cfg_.n_q_heads) * cfg_.dv();
-        const auto row_matches = [&](uint32_t i, uint32_t w, uint32_t sinks) {
-            CaseConfig alt = cfg_;
-            alt.windows[layer] = w;
-            alt.n_sinks = sinks;
-            const uint32_t history = rows.history - rows.n_rows + i + 1;
-            const Expected e = expect_outputs(alt, rows.q + i * qrow, 1, s.k_eff, s.v_eff, history, HeadMap::Repeat,
-                                              0, layer);
-            return grade_outputs(cfg_, pipeline_, rows.out + i * orow, e).pass;
-        };
-        for (uint32_t i = 0; i < rows.n_rows; ++i) {
-            if (row_matches(i, W, S)) continue;
-            const uint32_t P = rows.history - rows.n_rows + i, first = rows.call_begin;
-            const std::string at = "query at position " + std::to_string(P);
-            const std::string w = std::to_string(W);
-            // the call's last row tells the first row's window apart from a window one key too wide
-            const uint32_t last = rows.history - 1;
-            if (last > first + 1 && row_matches(rows.n_rows - 1, W + (last - first), S) &&
-                !row_matches(rows.n_rows - 1, W + 1, S))
-                return "; the outputs match the window of the call's first row used for every row: query at position " +
-                       std::to_string(last) + " attended keys from " +
-                       std::to_string(first + 1 >= W ? first + 1 - W : 0) + " (those of position " +
-                       std::to_string(first) + "); its own window of " + w + " starts at " +
-                       std::to_string(last + 1 >= W ? last + 1 - W : 0);
-            if (row_matches(i, W + 1, S))
-                return "; the outputs match a window of " + std::to_string(W + 1) + " keys: " + at +
-                       (P >= W && P - W >= S ? " attended key " + std::to_string(P - W) + ", outside its window of " + w
-                                             : " (window " + w + ")");
-            if (W > 1 && row_matches(i, W - 1, S))
-                return "; the outputs match a window of " + std::to_string(W - 1) + " keys: " + at +
-                       (P + 1 >= W && P + 1 - W >= S
-                            ? " did not attend key " + std::to_string(P + 1 - W) + ", inside its window of " + w
-                            : " (window " + w + ")");
-            if (S > 0 && row_matches(i, W, 0))
-                return "; the outputs match attention without the " + std::to_string(S) + " sinks: " + at +
-                       " did not attend positions 0.." + std::to_string(S - 1) + ", which stay visible in a windowed "
-                       "layer";
-            return "";
-        }
-        return "";
     }
 
     // ---- fork and release ----

@@ -139,7 +139,13 @@ def declaration_refused(t):
             'unknown limit "max_head_dims"'),
            ({"capabilities": ALL_WORDS}, '"pipeline"'),
            ({"capabilities": ALL_WORDS, "pipeline": {"q": "f32", "output ": "f16"}}, 'unknown stage "output "'),
-           ({"capabilities": ALL_WORDS, "pipelines": "f32"}, 'unknown field "pipelines"')]
+           ({"capabilities": ALL_WORDS, "pipelines": "f32"}, 'unknown field "pipelines"'),
+           ({"capabilities": ALL_WORDS, "fixed": {"rope_theta": 10000}, "pipeline": "f32"},
+            "fixed rope_theta: none in the export, 10000 in the driver's declaration"),
+           ({"capabilities": ALL_WORDS, "fixed": {"rms_eps": 1e-5}, "pipeline": "f32"},
+            '"fixed": unknown parameter "rms_eps"'),
+           ({"capabilities": ALL_WORDS, "fixed": {"rope_theta": -1}, "pipeline": "f32"},
+            '"rope_theta" must be a finite number > 0')]
     for declaration, message in bad:
         try:
             t.drive(t.ex.KVCache, declaration)
@@ -157,6 +163,23 @@ def declaration_refused(t):
     expect(rc == 2 and "(known: " in out, f"export exited {rc}")
     known = out.split("(known: ")[1].split(")")[0].split(", ")
     expect(known == t.io.CAPABILITY_WORDS, f"kvcheck knows {known}, the loop {t.io.CAPABILITY_WORDS}")
+
+
+def fixed_parameters(t):
+    """A library that hard-codes its RoPE base and softmax scale declares them ("fixed"): export draws every case with
+    them, the loop accepts the declaration and carries it into the results, and grade grades every case."""
+    caps = os.path.join(t.work, "caps.json")
+    fixed = {"rope_theta": 500000, "softmax_scale": "1/sqrt(head_dim)"}
+    with open(caps, "w") as f:
+        json.dump({"capabilities": ["dtype f32", "rope neox", "rope gptj", "gqa", "chunked"], "fixed": fixed}, f)
+    t.export("--caps", caps, "--properties", "EQUIV,CACHE-CONTENT", "--cases", "4")
+    roped = [c for c in t.manifest["cases"] if c["config"]["rope"] != "none"]
+    expect(roped and all(c["config"]["rope_theta"] == 500000 for c in roped), "a case drawn with another RoPE base")
+    summary, _ = t.drive(t.ex.KVCache, {"capabilities": ALL_WORDS, "fixed": fixed, "pipeline": "f32"})
+    expect(len(summary.ran) == len(t.manifest["cases"]), "the loop left out a case drawn with the fixed values")
+    with open(os.path.join(t.results, "manifest.json")) as f:
+        expect(json.load(f).get("fixed") == fixed, "the results manifest does not carry the fixed values")
+    t.grade(0)
 
 
 # ---- what a library's failure becomes ----------------------------------------------------------------------------
@@ -292,8 +315,8 @@ def correct_batched(t):
     expect(all(v["verdict"] == "PASS" for v in verdicts.values()), "a case did not pass")
 
 
-CASES = {f.__name__: f for f in [filter_is_grades, declaration_refused, error_record, unsupported_calls,
-                                 correct_batched]}
+CASES = {f.__name__: f for f in [filter_is_grades, declaration_refused, fixed_parameters, error_record,
+                                 unsupported_calls, correct_batched]}
 
 
 def main():

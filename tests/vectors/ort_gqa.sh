@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# ONNX Runtime's CPU GroupQueryAttention graded by kvcheck (issue 8, item 13): sets up the venv (pip), then runs
-# ort_gqa_e2e.py. Exit 77 (ctest SKIP, with the reason printed) only when PyPI cannot be reached.
-#   ort_gqa.sh KVCHECK VENV WORK
+# ONNX Runtime's CPU GroupQueryAttention graded by kvcheck: sets up the venv (pip), then runs E2E (default
+# ort_gqa_e2e.py; ort_gqa_window_e2e.py for local_window_size). Exit 77 (ctest SKIP, with the reason printed) only
+# when PyPI cannot be reached.
+#   ort_gqa.sh KVCHECK VENV WORK [E2E]
 set -uo pipefail
-kvcheck=$1 venv=$2 work=$3
+kvcheck=$1 venv=$2 work=$3 e2e=${4:-ort_gqa_e2e.py}
 here=$(cd "$(dirname "$0")" && pwd)
 bash "$here/../../tools/setup-venv.sh" "$venv"
 rc=$?
@@ -12,4 +13,4 @@ if [ $rc -eq 77 ]; then
   exit 77
 fi
 [ $rc -eq 0 ] || { echo "FAILED: tools/setup-venv.sh exited $rc"; exit 1; }
-exec "$venv/bin/python" -B "$here/ort_gqa_e2e.py" --kvcheck "$kvcheck" --work "$work"
+exec "$venv/bin/python" -B "$here/$e2e" --kvcheck "$kvcheck" --work "$work"

@@ -22,6 +22,10 @@ The calls, all with numpy arrays:
                                                 out [n, n_q_heads, d], any float dtype (written as float32); n may be 0
     dump(seq, layer) -> (k, v)                  every row of (seq, layer) as stored, [rows, n_kv_heads, d], in the
                                                 cache dtype: float32, float16, bf16 as uint16 bit patterns
+                                                (where config["head_dim_v"] is set, v, out and V dumps have that
+                                                many dims instead of d; config["windows"], ["sinks"] and
+                                                ["rope_dim_begin"], ["rope_dims"] give the window of each layer, the
+                                                sinks and the RoPE range: docs/windowed-caches.md)
                      -> (k, v, k_scales, v_scales)  a quantized cache (config["codes_dtype"] present): the codes (fp8
                                                 as uint8 bit patterns, int8_token and q8_0 as int8) and their scales,
                                                 [rows, n_kv_heads] (q8_0: [rows, n_kv_heads, d / 32]), float32, or
@@ -72,12 +76,16 @@ STORED = {"f32": "F32", "f16": "F16", "bf16": "BF16", "fp8_e4m3": "F8_E4M3", "fp
 # runs, since a misspelt word would leave every case needing it outside the declaration.
 CAPABILITY_WORDS = ["dtype f32", "dtype f16", "dtype bf16", "dtype fp8_e4m3", "dtype fp8_e5m2", "dtype int8_token",
                     "dtype q8_0", "fp8 scale per tensor", "fp8 scale per kv head", "int8 scale in f16", "rope neox",
-                    "rope gptj", "gqa", "paged", "fork", "release", "batch", "chunked"]
+                    "rope gptj", "gqa", "paged", "fork", "release", "batch", "chunked", "window", "sinks",
+                    "head_dim_v", "rope_range"]
 # A declaration's "limits": the largest size of each (0 or null: no limit), then the head_dim multiples.
-SIZE_LIMITS = ["max_layers", "max_q_heads", "max_kv_heads", "max_head_dim", "max_seqs", "max_tokens"]
+SIZE_LIMITS = ["max_layers", "max_q_heads", "max_kv_heads", "max_head_dim", "max_seqs", "max_tokens", "max_window",
+               "max_sinks", "max_head_dim_v"]
 LIMITS = SIZE_LIMITS + ["head_dim_multiple", "head_dim_multiple_rope"]
 # The fields of a driver's declaration (a caps file's; "about" is free text).
-DECLARATION_FIELDS = {"capabilities", "limits", "pipeline", "precision", "about"}
+DECLARATION_FIELDS = {"capabilities", "limits", "fixed", "pipeline", "precision", "about"}
+# A declaration's "fixed": what the implementation hard-codes (every case is drawn with it), in the JSON report's words.
+FIXED_SCALE = "1/sqrt(head_dim)"
 # A property about a feature: without it every case of the property lies outside the declaration.
 PROPERTY_FEATURE = {"GQA": "gqa", "BATCH": "batch", "FORK": "fork", "RELEASE": "release"}
 PIPELINE_PRESETS = {"f32", "q-and-v-accum-in-cache-dtype"}
@@ -108,6 +116,10 @@ def checked_declaration(declaration):
     if not isinstance(words, list):
         raise BadInput('the declaration has no "capabilities" list')
     for w in words:
+        if w == "evict":  # kvcheck refuses it by name: a dump cannot say which rows an evicting cache dropped
+            raise BadInput('"capabilities": "evict" is not supported on the vectors route (a dump cannot say which '
+                           'rows the cache dropped); declare "window" and "sinks" without it, or judge an evicting '
+                           'cache through `kvcheck validate --plugin` or `--connect`')
         if w not in CAPABILITY_WORDS:
             raise BadInput(f'"capabilities": unknown word {json.dumps(w)} (known: {", ".join(CAPABILITY_WORDS)})')
     limits = declaration.get("limits") or {}
@@ -118,6 +130,19 @@ def checked_declaration(declaration):
             raise BadInput(f'"limits": unknown limit "{key}" (known: {", ".join(LIMITS)})')
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise BadInput(f'"limits": "{key}" must be a non-negative integer or null, not {json.dumps(value)}')
+    fixed = declaration.get("fixed") or {}
+    if not isinstance(fixed, dict):
+        raise BadInput('"fixed" is not an object')
+    for key, value in fixed.items():
+        if key not in ("rope_theta", "softmax_scale"):
+            raise BadInput(f'"fixed": unknown parameter "{key}" (known: rope_theta, softmax_scale)')
+        if value is None:
+            continue
+        if key == "rope_theta" and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                    or not 0 < value <= 3.4028234663852886e38):
+            raise BadInput(f'"fixed": "rope_theta" must be a finite number > 0 or null, not {json.dumps(value)}')
+        if key == "softmax_scale" and value != FIXED_SCALE:
+            raise BadInput(f'"fixed": "softmax_scale" must be "{FIXED_SCALE}" or null, not {json.dumps(value)}')
     if ("pipeline" in declaration) == ("precision" in declaration):
         raise BadInput('the declaration needs a "pipeline" (or the older "precision"), once')
     if "precision" in declaration:
@@ -148,11 +173,20 @@ def head_dim_multiple(limits, rope, q8_0=False):
 
 
 def case_sizes(case):
-    """The sizes a case uses, by the name of the limit that bounds each."""
+    """The sizes a case uses, by the name of the limit that bounds each (a window, the sinks and head_dim_v only
+    where the case has them, as kvcheck compares them)."""
     cfg = case["config"]
     lengths = [a["pos_end"] for s in case["steps"] for a in s.get("slices", [s]) if "pos_end" in a]
-    return {"max_layers": cfg["n_layers"], "max_q_heads": cfg["n_q_heads"], "max_kv_heads": cfg["n_kv_heads"],
-            "max_head_dim": cfg["head_dim"], "max_seqs": cfg["max_seqs"], "max_tokens": max(lengths, default=0)}
+    sizes = {"max_layers": cfg["n_layers"], "max_q_heads": cfg["n_q_heads"], "max_kv_heads": cfg["n_kv_heads"],
+             "max_head_dim": cfg["head_dim"], "max_seqs": cfg["max_seqs"], "max_tokens": max(lengths, default=0)}
+    windows = cfg.get("windows") or []
+    if any(windows):
+        sizes["max_window"] = max(windows)
+        if cfg.get("sinks"):
+            sizes["max_sinks"] = cfg["sinks"]
+    if cfg.get("head_dim_v", cfg["head_dim"]) != cfg["head_dim"]:
+        sizes["max_head_dim_v"] = cfg["head_dim_v"]
+    return sizes
 
 
 def outside(case, declaration):
@@ -166,8 +200,11 @@ def outside(case, declaration):
     if cfg["head_dim"] % m:
         needs.append(f"head_dim {cfg['head_dim']} not a multiple of {m}")
     for name, size in case_sizes(case).items():
-        if limits.get(name) and size > limits[name]:
-            needs.append(f"{name[4:]} {size} > {limits[name]}")
+        limit = limits.get(name)
+        if name == "max_head_dim_v" and not limit:  # none declared: max_head_dim bounds V rows too
+            limit = limits.get("max_head_dim")
+        if limit and size > limit:
+            needs.append(f"{name[4:]} {size} > {limit}")
     feature = PROPERTY_FEATURE.get(case["property"])
     if not needs and feature and feature not in words:
         needs.append(feature)
@@ -189,6 +226,15 @@ def narrower(exported, declaration):
         b = (mine.get("head_dim_multiple_rope") if rope else None) or mine.get("head_dim_multiple") or 0
         if b > 1 and (not a or a % b):
             why.append(f"{key}: {a or 'none'} in the export, {b} in the driver's declaration")
+    # a value the driver hard-codes must be the one every exported case was drawn with
+    ex_fixed, my_fixed = exported.get("fixed") or {}, declaration.get("fixed") or {}
+    as_kept = {"rope_theta": lambda x: None if x is None else float(np.float32(x)),  # kvcheck keeps a float32
+               "softmax_scale": lambda x: x}
+    for key in ("rope_theta", "softmax_scale"):
+        mine_value = my_fixed.get(key)
+        if mine_value is not None and as_kept[key](ex_fixed.get(key)) != as_kept[key](mine_value):
+            why.append(f"fixed {key}: {ex_fixed.get(key) or 'none'} in the export, {mine_value} in the driver's "
+                       "declaration")
     return why
 
 
@@ -243,7 +289,7 @@ class Replay:
     def __init__(self, case, inputs, cache):
         self.case, self.inputs, self.cache = case, inputs, cache
         cfg = case["config"]
-        self.shape_q = (cfg["n_q_heads"], cfg["head_dim"])
+        self.shape_q = (cfg["n_q_heads"], cfg.get("head_dim_v", cfg["head_dim"]))  # an output row has V's dims
         self.stored, self.scales = STORED[cfg["dtype"]], cfg.get("scales_dtype")
         self.tensors, self.live = [], []
         self.step, self.call = None, "the cache's constructor"
@@ -268,7 +314,7 @@ class Replay:
             self.tensors.append((names[part], dtype_name, checked_array(a, dtype_name, part)))
 
     def output(self, out, n):
-        """The call's out as float32 [n, n_q_heads, d]; another shape or a non-float array is the cache's error."""
+        """The call's out as float32 [n, n_q_heads, dv]; another shape or a non-float array is the cache's error."""
         if n == 0 and (out is None or np.size(out) == 0):  # an empty append returns nothing to grade
             return np.zeros((0, *self.shape_q), np.float32)
         out = np.asarray(out)
@@ -290,7 +336,7 @@ class Replay:
             self.call = f"append_attend_batch(layer {layer}, seqs {seqs})"
             out = self.output(batched(layer, seqs, offsets, q, k, v), q.shape[0])
         else:
-            out = np.zeros(q.shape, np.float32)
+            out = np.zeros((q.shape[0], *self.shape_q), np.float32)
             for sl in slices:
                 b, e = sl["token_begin"], sl["token_end"]
                 self.call = f"append_attend(seq {sl['seq']}, layer {layer}, {e - b} tokens)"
@@ -457,8 +503,9 @@ def run(vectors_dir, results_dir, make_cache, implementation, version, declarati
         os.remove(manifest_path)
     summary = replay_cases(vectors_dir, manifest, results_dir, make_cache, declaration, log, implementation)
     fields = {"implementation": implementation, "version": version, "capabilities": declaration["capabilities"]}
-    if declaration.get("limits"):
-        fields["limits"] = declaration["limits"]
+    for key in ("limits", "fixed"):
+        if declaration.get(key):
+            fields[key] = declaration[key]
     fields.update({k: declaration[k] for k in ("pipeline", "precision") if k in declaration})
     write_results_manifest(results_dir, fields)
     return summary

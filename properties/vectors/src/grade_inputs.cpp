@@ -77,7 +77,7 @@ void check_inputs(const std::string& real, const fs::path& file, const VCase& vc
             const std::string name = "step" + std::to_string(i) + "." + what;
             const st::Tensor* t = f.find(name);
             const uint64_t heads = std::string(what) == "q" ? cfg.n_q_heads : cfg.n_kv_heads;
-            const std::vector<uint64_t> shape{s.n_new, heads, cfg.head_dim};
+            const std::vector<uint64_t> shape{s.n_new, heads, std::string(what) == "v" ? cfg.dv() : cfg.head_dim};
             if (!t) throw BadInput(file.string() + ": tensor \"" + name + "\" is missing");
             if (t->dtype != st::DType::F32 || t->shape != shape)
                 throw BadInput(file.string() + ": tensor \"" + name + "\" is " + st::dtype_name(t->dtype) + " " +
@@ -170,6 +170,22 @@ Vectors load_vectors(const fs::path& dir) {
         }
         if (config != config_json(vc.c.cfg))
             throw BadInput(where + ": \"config\" does not match the case's script (field \"case\")");
+        if (vc.c.cfg.evict)
+            throw BadInput(where + ": the case lets the cache evict rows (\"evict\": true), which the vectors route "
+                                   "does not judge: a dump cannot say which rows were dropped (judge an evicting "
+                                   "cache through `kvcheck validate --plugin` or `--connect`)");
+        // export writes only cases inside the declaration it echoes: a case outside it (a window over max_window,
+        // a head_dim_v over max_head_dim_v) was written by hand, and its results would be graded against a
+        // declaration that excludes it
+        if (v.has_declared) {
+            const std::vector<std::string> needs = unsupported(vc.c, v.declared.caps);
+            if (!needs.empty()) {
+                std::string list;
+                for (const std::string& x : needs) list += (list.empty() ? "" : ", ") + x;
+                throw BadInput(where + ": lies outside the manifest's own \"declared\" (needs " + list +
+                               "); kvcheck export never writes such a case");
+            }
+        }
         vc.steps = expand_steps(vc.c);
         if (!steps.is_array() || steps.size() != vc.steps.size())
             throw BadInput(where + ": \"steps\" does not list the " + std::to_string(vc.steps.size()) +

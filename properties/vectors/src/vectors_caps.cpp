@@ -2,6 +2,8 @@
 
 #include "kvcheck/abi.hpp"
 
+#include <limits>
+#include <sstream>
 #include <stdexcept>
 
 namespace kvc::vec {
@@ -37,7 +39,17 @@ const CapWord kWords[] = {
     {"release", &kvc_caps::features, KVC_FEATURE_RELEASE},
     {"batch", &kvc_caps::features, KVC_FEATURE_BATCH},
     {"chunked", &kvc_caps::features, KVC_FEATURE_CHUNKED},
+    // ABI 1.2 shapes, named as `kvcheck list` and the pipe protocol name them (docs/windowed-caches.md)
+    {"window", &kvc_caps::features, KVC_FEATURE_WINDOW},
+    {"sinks", &kvc_caps::features, KVC_FEATURE_SINKS},
+    {"head_dim_v", &kvc_caps::features, KVC_FEATURE_HEAD_DIM_V},
+    {"rope_range", &kvc_caps::features, KVC_FEATURE_ROPE_RANGE},
 };
+
+// An evicting cache cannot be graded from files yet: a dump has no way to say which rows were dropped, so grade
+// could neither tell a dropped row from a missing one nor check the rows it still holds. Refused by name rather
+// than as an unknown word, so that the message says where such a cache can be judged.
+constexpr const char* kEvictWord = "evict";
 
 struct Limit {
     const char* key;
@@ -50,11 +62,46 @@ const Limit kLimits[] = {
     {"max_seqs", &kvc_caps::max_seqs},         {"max_tokens", &kvc_caps::max_tokens},
     {"head_dim_multiple", &kvc_caps::head_dim_multiple},
     {"head_dim_multiple_rope", &kvc_caps::head_dim_multiple_rope},
+    {"max_window", &kvc_caps::max_window},
+    {"max_sinks", &kvc_caps::max_sinks},
+    {"max_head_dim_v", &kvc_caps::max_head_dim_v},
 };
 
+// The ABI 1.2 limits: echoed in a manifest's "declared" only when set, so that every other export's manifest is
+// what it always was.
+bool abi_1_2_limit(const Limit& x) {
+    return x.field == &kvc_caps::max_window || x.field == &kvc_caps::max_sinks || x.field == &kvc_caps::max_head_dim_v;
+}
+
 // The fields a declaration may hold: its own, free text, and a results manifest's (which serves as a caps file).
-const char* const kFields[] = {"capabilities", "limits",         "pipeline", "precision",
+const char* const kFields[] = {"capabilities", "limits",          "fixed",          "pipeline", "precision",
                                "about",        "kvcheck_results", "implementation", "version"};
+
+// The parameters an implementation hard-codes, in the words of the JSON report's "fixed": every case is drawn with
+// them (docs/conformance.md, "Fixed parameters").
+constexpr const char* kFixedScaleWord = "1/sqrt(head_dim)";
+
+void read_fixed(const json& f, kvc_caps& caps) {
+    if (!f.is_object()) throw std::invalid_argument("field \"fixed\" is not an object");
+    for (auto it = f.begin(); it != f.end(); ++it) {
+        if (it->is_null()) continue;
+        if (it.key() == "rope_theta") {
+            const double t = it->is_number() ? it->get<double>() : 0;
+            if (!(t > 0 && t <= static_cast<double>(std::numeric_limits<float>::max())))
+                throw std::invalid_argument("\"fixed\": \"rope_theta\" must be a finite number > 0 (within float32) "
+                                            "or null, not " + it->dump());
+            caps.fixed_rope_theta = static_cast<float>(t);
+        } else if (it.key() == "softmax_scale") {
+            if (!it->is_string() || it->get<std::string>() != kFixedScaleWord)
+                throw std::invalid_argument(std::string("\"fixed\": \"softmax_scale\" must be \"") + kFixedScaleWord +
+                                            "\" or null, not " + it->dump());
+            caps.fixed_scale = KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM;
+        } else {
+            throw std::invalid_argument("\"fixed\": unknown parameter \"" + it.key() +
+                                        "\" (known: rope_theta, softmax_scale)");
+        }
+    }
+}
 
 } // namespace
 
@@ -74,6 +121,12 @@ Declared declared_from_json(const json& j, bool need_pipeline) {
     const json& words = j["capabilities"];
     if (!words.is_array()) throw std::invalid_argument("field \"capabilities\" is not an array of words");
     for (const json& w : words) {
+        if (w.is_string() && w.get<std::string>() == kEvictWord)
+            throw std::invalid_argument(
+                "\"capabilities\": \"evict\" is not supported on the vectors route: a dump cannot say which rows "
+                "the cache dropped, so grade could not judge them. Declare \"window\" (and \"sinks\") without "
+                "eviction here, or judge an evicting cache through `kvcheck validate --plugin` or `--connect` "
+                "(docs/windowed-caches.md)");
         bool known = false;
         for (const CapWord& cw : kWords)
             if (w.is_string() && w.get<std::string>() == cw.word) {
@@ -100,6 +153,7 @@ Declared declared_from_json(const json& j, bool need_pipeline) {
             d.caps.*(found->field) = it->get<uint32_t>();
         }
     }
+    if (j.contains("fixed")) read_fixed(j["fixed"], d.caps);
     const bool has_p = j.contains("pipeline"), has_prec = j.contains("precision");
     if (has_p && has_prec)
         throw std::invalid_argument("give the pipeline once: \"pipeline\" or the older \"precision\", not both");
@@ -147,6 +201,17 @@ std::vector<std::string> narrower_declaration(const Declared& a, const std::stri
         const uint32_t la = a.caps.*x.field, lb = b.caps.*x.field;
         if (std::string(x.key).rfind("max_", 0) == 0 && lb != 0 && (la == 0 || la > lb)) differ(x.key, la, lb);
     }
+    // a value b hard-codes must be the one every case of a was drawn with
+    if (b.caps.fixed_rope_theta > 0 && a.caps.fixed_rope_theta != b.caps.fixed_rope_theta) {
+        std::ostringstream m;
+        m << "fixed rope_theta: ";
+        if (a.caps.fixed_rope_theta > 0) m << a.caps.fixed_rope_theta;
+        else m << "none";
+        m << " in " << a_name << ", " << b.caps.fixed_rope_theta << " in " << b_name;
+        why.push_back(m.str());
+    }
+    if (b.caps.fixed_scale == KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM && a.caps.fixed_scale != b.caps.fixed_scale)
+        why.push_back(std::string("fixed softmax_scale: none in ") + a_name + ", " + kFixedScaleWord + " in " + b_name);
     // head_dim multiples: every head_dim a's multiple allows must be one of b's (0 and 1: any head_dim)
     const auto multiple = [](const kvc_caps& c, bool rope) {
         return rope && c.head_dim_multiple_rope > 0 ? c.head_dim_multiple_rope : c.head_dim_multiple;
@@ -166,8 +231,14 @@ bool same_pipeline(const Declared& a, const Declared& b) {
 
 json declared_to_json(const Declared& d) {
     json limits = json::object();
-    for (const Limit& x : kLimits) limits[x.key] = d.caps.*x.field ? json(d.caps.*x.field) : json(nullptr);
+    for (const Limit& x : kLimits)
+        if (!abi_1_2_limit(x) || d.caps.*x.field)
+            limits[x.key] = d.caps.*x.field ? json(d.caps.*x.field) : json(nullptr);
     json j = {{"capabilities", capability_words(d.caps)}, {"limits", limits}};
+    // (only when something is fixed: every other manifest stays as it was)
+    if (d.caps.fixed_rope_theta > 0 || d.caps.fixed_scale == KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM)
+        j["fixed"] = {{"rope_theta", d.caps.fixed_rope_theta > 0 ? json(d.caps.fixed_rope_theta) : json(nullptr)},
+                      {"softmax_scale", d.caps.fixed_scale ? json(kFixedScaleWord) : json(nullptr)}};
     if (d.has_pipeline) j["pipeline"] = prop::to_json(d.pipeline);
     return j;
 }

@@ -60,7 +60,8 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
     const bool quantized = dtype_is_quantized(cfg.cache_dtype);
     const std::string id = prop::case_id(p.id, index);
     const std::string stem = case_stem(id);
-    const uint64_t Hq = cfg.n_q_heads, Hkv = cfg.n_kv_heads, d = cfg.head_dim;
+    // dv: V rows and output rows have head_dim_v dims where the case sets it (latent attention)
+    const uint64_t Hq = cfg.n_q_heads, Hkv = cfg.n_kv_heads, d = cfg.head_dim, dv = cfg.dv();
     const st::DType cdt = cache_st_dtype(cfg.cache_dtype);
 
     Written w;
@@ -79,7 +80,7 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
             const uint64_t n = step.n_new;
             st::put_f32(w.inputs.add(step_name(i, "q"), st::DType::F32, {n, Hq, d}), in.q.data(), in.q.size());
             st::put_f32(w.inputs.add(step_name(i, "k"), st::DType::F32, {n, Hkv, d}), in.k.data(), in.k.size());
-            st::put_f32(w.inputs.add(step_name(i, "v"), st::DType::F32, {n, Hkv, d}), in.v.data(), in.v.size());
+            st::put_f32(w.inputs.add(step_name(i, "v"), st::DType::F32, {n, Hkv, dv}), in.v.data(), in.v.size());
 
             // per slice, packed like the inputs: [n][..]
             std::vector<double> oracle, allowed_f32, allowed_c16;
@@ -89,7 +90,7 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
             for (const Slice& sl : step.slices) {
                 const float* q = in.q.data() + sl.token_begin * Hq * d;
                 const float* k = in.k.data() + sl.token_begin * Hkv * d;
-                const float* v = in.v.data() + sl.token_begin * Hkv * d;
+                const float* v = in.v.data() + sl.token_begin * Hkv * dv;
                 const StoredRows r = model.store_expected(sl.seq, step.layer, sl.n_new, k, v);
                 const prop::CacheModel::Stream& strm = model.stream(sl.seq, step.layer);
                 k_bits.insert(k_bits.end(), r.k_bits.begin(), r.k_bits.end());
@@ -106,7 +107,7 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
                 allowed_f32.insert(allowed_f32.end(), bounds.f32.begin(), bounds.f32.end());
                 allowed_c16.insert(allowed_c16.end(), bounds.cache_dtype.begin(), bounds.cache_dtype.end());
             }
-            st::put_f64(w.expected.add(step_name(i, "out"), st::DType::F64, {n, Hq, d}), oracle.data(),
+            st::put_f64(w.expected.add(step_name(i, "out"), st::DType::F64, {n, Hq, dv}), oracle.data(),
                         oracle.size());
             st::put_f32(w.expected.add(step_name(i, "v_scale"), st::DType::F32, {n, Hq}), v_scale.data(),
                         v_scale.size());
@@ -115,7 +116,7 @@ Written export_case(const prop::Property& p, const prop::RunSettings& settings, 
             st::put_f64(w.expected.add(step_name(i, "allowed_cache_dtype"), st::DType::F64, {n, Hq}),
                         allowed_c16.data(), allowed_c16.size());
             w.expected.add(step_name(i, "k"), cdt, {n, Hkv, d}).data = k_bits;
-            w.expected.add(step_name(i, "v"), cdt, {n, Hkv, d}).data = v_bits;
+            w.expected.add(step_name(i, "v"), cdt, {n, Hkv, dv}).data = v_bits;
             if (quantized) {
                 w.expected.add(scales_name(step_name(i, "k")), scales_st_dtype(cfg), scales_shape(cfg, n)).data =
                     k_scales;

@@ -54,7 +54,9 @@ class CaseGrader {
 public:
     CaseGrader(const VCase& vc, const Results& res, const st::File& f, const json& js, std::string file)
         : vc_(vc), res_(res), results_(f), results_json_(js), file_(std::move(file)), cfg_(vc.c.cfg),
-          head_dim_(cfg_.head_dim), row_elems_(static_cast<size_t>(cfg_.n_kv_heads) * head_dim_), model_(cfg_),
+          head_dim_(cfg_.head_dim), head_dim_v_(cfg_.dv()),
+          row_elems_(static_cast<size_t>(cfg_.n_kv_heads) * head_dim_),
+          v_row_elems_(static_cast<size_t>(cfg_.n_kv_heads) * head_dim_v_), model_(cfg_),
           quantized_(model_.quantized()) {}
 
     // Throws CaseFail / CaseError.
@@ -106,7 +108,8 @@ private:
     }
 
     // A dump of every row of one (sequence, layer) in the cache dtype, rows as the model says: [rows][Hkv][d] values
-    // or codes, and for a quantized cache their scales (scales_shape) in the tensor scales_name(name).
+    // or codes (a V dump [rows][Hkv][head_dim_v]), and for a quantized cache their scales (scales_shape) in the
+    // tensor scales_name(name).
     struct Dump {
         const st::Tensor* rows = nullptr;
         const st::Tensor* scales = nullptr;
@@ -126,12 +129,13 @@ private:
                              ", expected " + st::shape_text(want));
     }
 
-    Dump dump(const std::string& name, uint32_t seq, uint32_t layer, uint32_t rows) {
+    Dump dump(const std::string& name, uint32_t seq, uint32_t layer, uint32_t rows, bool v) {
         const st::Tensor& t = tensor(name, cache_st_dtype(cfg_.cache_dtype));
-        if (t.shape.size() != 3 || t.shape[1] != cfg_.n_kv_heads || t.shape[2] != head_dim_)
+        const uint32_t dims = v ? head_dim_v_ : head_dim_;
+        if (t.shape.size() != 3 || t.shape[1] != cfg_.n_kv_heads || t.shape[2] != dims)
             error(step_, file_ + ".safetensors: tensor \"" + name + "\" has shape " + st::shape_text(t.shape) +
-                             ", expected [rows, " + std::to_string(cfg_.n_kv_heads) + ", " +
-                             std::to_string(head_dim_) + "]");
+                             ", expected [rows, " + std::to_string(cfg_.n_kv_heads) + ", " + std::to_string(dims) +
+                             "]" + (v && dims != head_dim_ ? " (V rows have head_dim_v dims)" : ""));
         if (t.shape[0] != rows) {
             prop::Mismatch m;
             m.what = "seq_length";
@@ -145,7 +149,7 @@ private:
         }
         Dump d;
         d.rows = &t;
-        d.bytes_per_row = model_.kv_bytes(1);
+        d.bytes_per_row = v ? model_.v_bytes(1) : model_.kv_bytes(1);
         if (!quantized_) return d;
         // the scales of exactly these rows: a quantized dump without them cannot be judged (ERROR, not FAIL)
         const std::string sname = scales_name(name);
@@ -171,24 +175,26 @@ private:
         const std::string base = "step" + std::to_string(step_) + ".";
         const AppendInputs in = step_inputs(vc_.c, s);
         const st::Tensor& out = tensor(base + "out", st::DType::F32);
-        const std::vector<uint64_t> out_shape{s.n_new, cfg_.n_q_heads, head_dim_};
+        const std::vector<uint64_t> out_shape{s.n_new, cfg_.n_q_heads, head_dim_v_}; // outputs have V's dims
         if (out.shape != out_shape)
             error(step_, file_ + ".safetensors: tensor \"" + base + "out\" has shape " + st::shape_text(out.shape) +
                              ", expected " + st::shape_text(out_shape));
         const std::vector<float> actual = st::to_f32(out);
         const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * head_dim_;
+        const size_t orow = static_cast<size_t>(cfg_.n_q_heads) * head_dim_v_;
         for (const Slice& sl : s.slices)
             append_slice(s, sl, in.q.data() + sl.token_begin * qrow, in.k.data() + sl.token_begin * row_elems_,
-                         in.v.data() + sl.token_begin * row_elems_, actual.data() + sl.token_begin * qrow);
+                         in.v.data() + sl.token_begin * v_row_elems_, actual.data() + sl.token_begin * orow);
     }
 
-    // One sequence's part of an append step: q [n][Hq*d], k, v [n][Hkv*d] its inputs, out [n][Hq*d] its outputs.
+    // One sequence's part of an append step: q [n][Hq*d], k [n][Hkv*d], v [n][Hkv*dv] its inputs, out [n][Hq*dv]
+    // its outputs.
     void append_slice(const Step& s, const Slice& sl, const float* q, const float* k, const float* v,
                       const float* out) {
         const uint32_t before = model_.length(sl.seq, s.layer), after = before + sl.n_new;
         const size_t i_step = static_cast<size_t>(step_);
-        const Dump kd = dump(dump_name(s, i_step, sl, "k"), sl.seq, s.layer, after);
-        const Dump vd = dump(dump_name(s, i_step, sl, "v"), sl.seq, s.layer, after);
+        const Dump kd = dump(dump_name(s, i_step, sl, "k"), sl.seq, s.layer, after, false);
+        const Dump vd = dump(dump_name(s, i_step, sl, "v"), sl.seq, s.layer, after, true);
         const std::optional<prop::Mismatch> rewritten = changed(sl.seq, s.layer, kd, vd); // before the new rows
         std::string why;
         const std::optional<prop::Mismatch> wrong =
@@ -211,13 +217,16 @@ private:
             prop::grade_call_outputs(model_, sl.seq, s.layer, res_.declared.pipeline, rows, storage_mismatch_);
         headroom = std::max(headroom, o.grade.headroom);
         fails_f32_class = fails_f32_class || o.grade.fails_f32_class;
-        if (!o.grade.pass) fail(o.reason, o.where);
+        // a windowed layer's failure says what window the outputs match instead, as the plugin route says it
+        if (!o.grade.pass)
+            fail(o.reason + prop::window_diagnosis(model_, sl.seq, s.layer, res_.declared.pipeline, rows), o.where);
     }
 
-    // CACHE-CONTENT's reason: the 16-bit rule, or for a quantized cache the model's account of the first code or
-    // scale unlike the reference quantizer's (its mechanism, when recognised), said of the dump.
+    // CACHE-CONTENT's reason: the model's account of the first element unlike the expected one, said of the dump:
+    // the stored-row rule and what every wrong row of the call is consistent with (V read with K's row stride, RoPE
+    // over all dims), or for a quantized cache the code or scale unlike the reference quantizer's and its mechanism.
     std::string stored_reason(const prop::Mismatch& m, const std::string& why) const {
-        if (!quantized_ || why.empty()) return prop::stored_row_reason(cfg_, "dumped", m);
+        if (why.empty()) return prop::stored_row_reason(cfg_, "dumped", m);
         const std::string model_source = "read-back ";
         return why.rfind(model_source, 0) == 0 ? "dumped " + why.substr(model_source.size()) : why;
     }
@@ -242,8 +251,8 @@ private:
                 const uint32_t len = model_.length(q, l);
                 if (len == 0) continue;
                 const std::string base = "final.s" + std::to_string(q) + ".l" + std::to_string(l) + ".";
-                const Dump k = dump(base + "k", q, l, len);
-                const Dump v = dump(base + "v", q, l, len);
+                const Dump k = dump(base + "k", q, l, len, false);
+                const Dump v = dump(base + "v", q, l, len, true);
                 if (const auto m = changed(q, l, k, v)) fail(rewritten_reason(*m), *m);
             }
     }
@@ -254,8 +263,8 @@ private:
     const json& results_json_; // the case's results JSON (live bytes)
     const std::string file_;   // results path without extension
     const prop::CaseConfig& cfg_;
-    const uint32_t head_dim_;
-    const size_t row_elems_;
+    const uint32_t head_dim_, head_dim_v_;
+    const size_t row_elems_, v_row_elems_;
     prop::CacheModel model_;
     const bool quantized_; // codes and scales: every dump has a scales tensor beside it
     std::optional<prop::Mismatch> storage_mismatch_; // the first element dumped unlike the appended one (EQUIV only)

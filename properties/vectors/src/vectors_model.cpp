@@ -97,7 +97,7 @@ nlohmann::json step_json(const Step& s, size_t i, bool quantized) {
 }
 
 RowBounds row_bounds(const prop::CaseConfig& cfg, const prop::Expected& e) {
-    const uint32_t d = cfg.head_dim, Hq = cfg.n_q_heads;
+    const uint32_t d = cfg.dv(), Hq = cfg.n_q_heads; // an output row has head_dim_v dims
     const auto f32 = prop::allowed_errors(cfg, prop::pipeline_preset(KVC_PRECISION_F32), e);
     const auto c16 = prop::allowed_errors(cfg, prop::pipeline_preset(KVC_PRECISION_Q_AND_V_ACCUM_IN_CACHE_DTYPE), e);
     RowBounds b;
@@ -174,7 +174,14 @@ std::string case_stem(const std::string& id) {
 std::vector<std::string> required_words(const prop::Case& c) {
     kvc_caps none{};
     none.struct_size = sizeof none;
-    return prop::missing_caps(prop::required_caps(c), none); // a batch is one call: "batch" is a requirement
+    std::vector<std::string> words = prop::missing_caps(prop::required_caps(c), none); // "batch" included
+    // the ABI 1.2 shapes in the words a caps file declares them by: missing_caps describes them for a reader
+    // ("head_dim_v (V rows of their own size)"), and a driver compares `requires` with its declared words
+    for (std::string& w : words) {
+        if (w.rfind("head_dim_v (", 0) == 0) w = "head_dim_v";
+        if (w.rfind("rope range (", 0) == 0) w = "rope_range";
+    }
+    return words;
 }
 
 nlohmann::json config_json(const prop::CaseConfig& cfg) {
@@ -192,6 +199,11 @@ nlohmann::json config_json(const prop::CaseConfig& cfg) {
         {"max_tokens", cfg.max_tokens},
         {"block_size_hint", cfg.block_size_hint}};
     j.update(quant_config_json(cfg)); // nothing for a 16-bit dtype: its config is what it always was
+    // the ABI 1.2 shapes, each only where the case has it, as the case's own JSON carries them: every other case's
+    // config is what it always was
+    if (!cfg.windows.empty()) j.update({{"windows", cfg.windows}, {"sinks", cfg.n_sinks}, {"evict", cfg.evict}});
+    if (cfg.head_dim_v != 0) j["head_dim_v"] = cfg.head_dim_v;
+    if (cfg.rope_dims != 0) j.update({{"rope_dim_begin", cfg.rope_dim_begin}, {"rope_dims", cfg.rope_dims}});
     return j;
 }
 

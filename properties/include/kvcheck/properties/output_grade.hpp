@@ -48,4 +48,10 @@ std::vector<float> queries_as_rounded(const Pipeline& declared, const float* q, 
 Expected expected_outputs(const CacheModel& model, uint32_t seq, uint32_t layer, const GradedRows& rows,
                           HeadMap map = HeadMap::Repeat);
 
+// What a windowed layer's failed outputs match instead (docs/windowed-caches.md), told at the first graded row that
+// fails: "; the outputs match a window of 17 keys: ...", the window of the call's first row used for every row, or
+// the sinks left out; "" when none fits or the layer has no window. Both graders append it to EQUIV's reason.
+std::string window_diagnosis(const CacheModel& model, uint32_t seq, uint32_t layer, const Pipeline& declared,
+                             const GradedRows& rows);
+
 } // namespace kvc::prop

@@ -24,15 +24,18 @@ struct Declared {
 
 // Reads a declaration: "capabilities" (words: "dtype f32|f16|bf16|fp8_e4m3|fp8_e5m2|int8_token|q8_0", "fp8 scale
 // per tensor", "fp8 scale per kv head", "int8 scale in f16", "rope neox|gptj", "gqa", "chunked", "fork", "release",
-// "batch", "paged"), optional "limits" ({"max_layers", "max_q_heads", "max_kv_heads", "max_head_dim",
-// "max_seqs", "max_tokens", "head_dim_multiple", "head_dim_multiple_rope"}: non-negative integers or null; 0 or
-// null = no limit), and the pipeline: "pipeline" (a preset name or an object of stages, prop::pipeline_from_json) or
+// "batch", "paged", "window", "sinks", "head_dim_v", "rope_range"; "evict" is refused by name, since a dump cannot
+// say which rows were dropped), optional "limits" ({"max_layers", "max_q_heads", "max_kv_heads", "max_head_dim",
+// "max_seqs", "max_tokens", "head_dim_multiple", "head_dim_multiple_rope", "max_window", "max_sinks",
+// "max_head_dim_v"}: non-negative integers or null; 0 or null = no limit), optional "fixed" ({"rope_theta": a
+// number, "softmax_scale": "1/sqrt(head_dim)"}, each or null: what the implementation hard-codes, so every case is
+// drawn with it), and the pipeline: "pipeline" (a preset name or an object of stages, prop::pipeline_from_json) or
 // the 1.0 word "precision". Besides these only "about" (free text) and the results manifest's own fields
 // ("kvcheck_results", "implementation", "version", so that a results manifest serves as a caps file) are accepted:
 // another field is refused, since a misspelt one ("pipelines") would otherwise leave its declaration unread. Throws
 // std::invalid_argument naming the field and the problem.
 Declared declared_from_json(const nlohmann::json& j, bool need_pipeline);
-// The declaration as the vectors manifest echoes it.
+// The declaration as the vectors manifest echoes it (max_window, max_sinks, max_head_dim_v and "fixed" only when set).
 nlohmann::json declared_to_json(const Declared& d);
 
 // Why case c lies outside caps, in words ("dtype bf16", "fork", "head_dim 72 not a multiple of 16 (rope)",
@@ -40,8 +43,9 @@ nlohmann::json declared_to_json(const Declared& d);
 std::vector<std::string> unsupported(const prop::Case& c, const kvc_caps& caps);
 
 // Where the declaration b, named b_name, declares less than a, named a_name: a capability of a that b lacks, a
-// size limit of b below a's, a head_dim multiple of b that a's does not guarantee ("\"batch\": declared by the
-// export, not by the results", "max_head_dim: 256 in the export, 128 in the results"); empty when b declares at least
+// size limit of b below a's, a head_dim multiple of b that a's does not guarantee, a value b hard-codes that a's
+// cases were not drawn with ("\"batch\": declared by the export, not by the results", "max_head_dim: 256 in the
+// export, 128 in the results", "fixed rope_theta: none in the export, 10000 in the results"); empty when b declares at least
 // what a does. The pipeline is compared apart (same_pipeline).
 std::vector<std::string> narrower_declaration(const Declared& a, const std::string& a_name, const Declared& b,
                                               const std::string& b_name);

@@ -84,10 +84,12 @@ nlohmann::json quant_config_json(const prop::CaseConfig& cfg);
 std::string float_bits(float x);
 // A case's file stem: "CACHE-CONTENT/3" -> "CACHE-CONTENT_3".
 std::string case_stem(const std::string& id);
-// Capabilities a case needs, in words ("dtype f16", "rope neox", "gqa", "chunked", "fork", "release", "batch").
+// Capabilities a case needs, in the words of a caps file ("dtype f16", "rope neox", "gqa", "chunked", "fork",
+// "release", "batch", "window", "sinks", "head_dim_v", "rope_range").
 std::vector<std::string> required_words(const prop::Case& c);
 // The config as the manifest writes it (exact scalars also as bit patterns; a quantized dtype's fields of
-// quant_config_json besides).
+// quant_config_json besides; "windows", "sinks", "evict", "head_dim_v", "rope_dim_begin", "rope_dims" only where
+// the case has them).
 nlohmann::json config_json(const prop::CaseConfig& cfg);
 
 } // namespace kvc::vec
