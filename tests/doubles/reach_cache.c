@@ -9,6 +9,9 @@
  *   2 out_rows_past  64 KiB of zeros from the end of `out`, as if it held max_tokens rows: the write runs through
  *                    the pattern into the protected pages, so the case process dies of SIGSEGV, and the CRASH
  *                    verdict names `out` and append_attend
+ *   3 out_and_q      one float just before `out` and the first float of the const `q` zeroed, in one call: two
+ *                    buffers misused at once, so served by kvcheck serve-plugin the reply carries two violations;
+ *                    FAIL, the same words through either isolation
  */
 #include "example_plugin.h"
 
@@ -16,7 +19,7 @@
 #include <string.h>
 
 #ifndef KVC_REACH
-#error "KVC_REACH selects the double (0..2)"
+#error "KVC_REACH selects the double (0..3)"
 #endif
 
 #define KVC_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -64,7 +67,8 @@ static kvc_status reach_append_attend(kvc_cache* c, uint32_t seq, uint32_t layer
     kvc_status s = inner()->append_attend(c, seq, layer, n_new, q, k, v, out);
     unsigned char* end = (unsigned char*)(out + (size_t)n_new * row_floats_of(c));
     if (s != KVC_OK || n_new == 0) return s;
-    if (KVC_REACH == 0) memcpy((unsigned char*)out - sizeof zero, &zero, sizeof zero);
+    if (KVC_REACH == 0 || KVC_REACH == 3) memcpy((unsigned char*)out - sizeof zero, &zero, sizeof zero);
+    if (KVC_REACH == 3) memcpy((void*)q, &zero, sizeof zero); /* after the call: the cache holds what it was given */
     if (KVC_REACH == 1) memcpy(end + 320, &zero, sizeof zero);
     if (KVC_REACH == 2) {
         /* volatile: one store at a time, in order, as a plain loop over rows would write */

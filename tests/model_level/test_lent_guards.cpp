@@ -85,6 +85,33 @@ TEST_F(LentGuards, OneFloat320BytesPastOutFailsEveryCase) {
                       "wrote 324 bytes past `out` in append_attend", 4);
 }
 
+// Two buffers misused in one call (before `out`, into the const `q`). Served by kvcheck serve-plugin (the default
+// isolation) the reply carries both violations, which the case process reports as it reports its own guards'
+// findings: every case gets the verdict and the words it gets under fork isolation, where the guards are local.
+TEST_F(LentGuards, TwoBuffersMisusedInOneCallGetTheSameWordsServedOrNot) {
+    std::map<std::string, std::string> reasons[2];
+    for (int forked = 0; forked < 2; ++forked) {
+        const Outcome r = run_kvcheck(dir_, "validate " + plugin("kvcheck_double_reach_out_and_q") +
+                                                (forked ? " --isolation fork" : "") +
+                                                " --filter '^EQUIV/' --cases 6 --shrink-first 0 --report r.json");
+        EXPECT_EQ(r.rc, 1) << r.all();
+        const nlohmann::json j = nlohmann::json::parse(read_file(dir_ / "r.json"), nullptr, false);
+        ASSERT_FALSE(j.is_discarded()) << r.all();
+        EXPECT_EQ(j["implementations"][0]["isolation"], forked ? "fork" : "server");
+        for (const auto& c : j["implementations"][0]["cases"]) {
+            if (c["verdict"] == "NOT_SUPPORTED") continue;
+            EXPECT_EQ(c["verdict"], "FAIL") << c.dump();
+            const std::string reason = c.value("reason", "");
+            EXPECT_TRUE(reason.find("before `out`") != std::string::npos ||
+                        reason.find("into `q`") != std::string::npos)
+                << reason;
+            reasons[forked][c["id"].get<std::string>()] = reason;
+        }
+    }
+    EXPECT_GE(reasons[0].size(), 4u);
+    EXPECT_EQ(reasons[0], reasons[1]);
+}
+
 TEST_F(LentGuards, AWriteIntoTheProtectedPagesPastOutIsACrashNamingIt) {
     expect_every_case("kvcheck_double_reach_out_rows_past", "EQUIV", 4, "CRASH",
                       "bytes past `out`, into a protected guard page, in append_attend", 2);

@@ -170,6 +170,32 @@ TEST(ServerLent, A14PeerGetsTheBlockAndTheBody) {
     EXPECT_EQ(r.rest.size(), 4 + kLentViolationHeadBytes + name_len + what_len + kOutBytes); // the body still follows
 }
 
+// Two buffers misused in one call (before `out`, into the const `q`): both violations in one block, in the order the
+// case process's own guards check them (q before out), and the body after them.
+TEST(ServerLent, TwoViolationsOfOneCallTravelInOneBlock) {
+    Served s(kLib + "/libkvcheck_double_reach_out_and_q.so", 4);
+    const Reply r = s.append_one(s.create(kConfig), kConfig);
+    EXPECT_EQ(r.status, 0u);
+    ASSERT_EQ(r.flags, kReplyLentViolations);
+    ASSERT_GE(r.rest.size(), 4u);
+    ASSERT_EQ(get_u32(r.rest.data()), 2u);
+    std::size_t at = 4;
+    std::vector<std::string> names, words;
+    for (int i = 0; i < 2; ++i) {
+        ASSERT_GE(r.rest.size(), at + kLentViolationHeadBytes);
+        const unsigned char* v = r.rest.data() + at;
+        const uint32_t name_len = get_u32(v + 8), what_len = get_u32(v + 12);
+        ASSERT_GE(r.rest.size(), at + kLentViolationHeadBytes + name_len + what_len);
+        names.emplace_back(reinterpret_cast<const char*>(v + 16), name_len);
+        words.emplace_back(reinterpret_cast<const char*>(v + 16 + name_len), what_len);
+        at += kLentViolationHeadBytes + name_len + what_len;
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"q", "out"}));
+    EXPECT_NE(words[0].find("wrote into `q`, a const input, in append_attend"), std::string::npos) << words[0];
+    EXPECT_NE(words[1].find("wrote 4 bytes before `out` in append_attend"), std::string::npos) << words[1];
+    EXPECT_EQ(r.rest.size(), at + kOutBytes); // the body still follows
+}
+
 TEST(ServerLent, APeerBelow14GetsTheCallsFailureInstead) {
     Served s(kLib + "/libkvcheck_double_overrun_out_past.so", 3);
     ASSERT_EQ(s.minor(), 3u);

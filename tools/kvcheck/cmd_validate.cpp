@@ -19,10 +19,11 @@ using harness::ValidateOptions;
 
 void add_isolation_options(CLI::App* cmd, std::string& isolation, std::string& memory_limit) {
     cmd->add_option("--isolation", isolation,
-                    "how each case's process starts: fork, exec (kvcheck executes itself again; needed by device "
-                    "contexts), auto (exec for memory_space DEVICE, fork otherwise), or server (a --plugin runs in "
-                    "kvcheck serve-plugin, a process of its own that sends back raw outputs, so that the process "
-                    "that grades never runs its code; operation level, host memory)")
+                    "how each case's process starts: server (a --plugin runs in kvcheck serve-plugin, a process of its "
+                    "own that sends back raw outputs, so that the process that grades never runs its code; operation "
+                    "level, host memory), fork, exec (kvcheck executes itself again; needed by device contexts), or "
+                    "auto (server for a host plugin with the operation-level table only, exec for memory_space "
+                    "DEVICE, fork otherwise)")
         ->check(CLI::IsMember({"auto", "fork", "exec", "server"}))
         ->capture_default_str();
     cmd->add_option("--memory-limit", memory_limit,
