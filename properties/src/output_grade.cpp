@@ -141,6 +141,15 @@ std::string window_diagnosis(const CacheModel& model, uint32_t seq, uint32_t lay
             return "; the outputs match attention without the " + std::to_string(S) + " sinks: " + at +
                    " did not attend positions 0.." + std::to_string(S - 1) + ", which stay visible in a windowed "
                    "layer";
+        // a window of no key at all: the softmax of an empty row, taken as zeros (a left window of W - 1 with W = 1)
+        const float* o = rows.out + i * orow;
+        if (std::all_of(o, o + orow, [](float x) { return x == 0.0f; })) {
+            const std::string held = W == 1 ? std::string("its own key")
+                                            : "keys " + std::to_string(P + 1 >= W ? P + 1 - W : 0) + ".." +
+                                                  std::to_string(P);
+            return "; the outputs of " + at + " are all zero, as if it attended no key: its window of " + w +
+                   " holds " + held;
+        }
         return "";
     }
     return "";
