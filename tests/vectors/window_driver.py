@@ -21,20 +21,32 @@ import sys
 
 import numpy as np
 
+# vectors_io and kvcache_example (rope, cache dtypes, the storage this cache shares) are found through --example,
+# parsed before anything else
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "python_example")
+_pre = argparse.ArgumentParser(add_help=False)
+_pre.add_argument("--example", default=EXAMPLE)
+sys.dont_write_bytecode = True
+sys.path.insert(0, _pre.parse_known_args()[0].example)
+import kvcache_example  # noqa: E402
+import vectors_io  # noqa: E402
+
 CAPABILITIES = ["dtype f32", "dtype f16", "dtype bf16", "rope neox", "rope gptj", "gqa", "chunked", "fork", "release",
                 "batch", "window", "sinks", "head_dim_v", "rope_range"]
 BUGS = ["window-plus-one", "v-from-k", "rope-all"]
 
 
-class WindowCache:
-    def __init__(self, cfg, example, bug):
-        self.ex, self.bug = example, bug
+class WindowCache(kvcache_example.KVCache):
+    """The example cache's storage, dump, fork and release; its own V width, RoPE range and visibility mask."""
+
+    def __init__(self, cfg, bug):
+        self.ex, self.bug = kvcache_example, bug
         self.layers, self.hq, self.hkv = cfg["n_layers"], cfg["n_q_heads"], cfg["n_kv_heads"]
         self.d = cfg["head_dim"]
         self.dv = cfg.get("head_dim_v", self.d)
         self.dtype, self.rope = cfg["dtype"], cfg["rope"]
-        self.theta = example.f32_from_bits(cfg["rope_theta_bits"])
-        self.scale = example.f32_from_bits(cfg["scale_bits"])
+        self.theta = kvcache_example.f32_from_bits(cfg["rope_theta_bits"])
+        self.scale = kvcache_example.f32_from_bits(cfg["scale_bits"])
         self.windows = cfg.get("windows") or [0] * self.layers
         self.sinks = cfg.get("sinks", 0)
         self.rope_begin = cfg.get("rope_dim_begin", 0)
@@ -92,39 +104,14 @@ class WindowCache:
         p = p / p.sum(axis=2, keepdims=True)
         return np.einsum("hit,thd->ihd", p, V).astype(np.float32)
 
-    def dump(self, seq, layer):
-        key = self._stream(seq, layer)
-        n = self.length[key]
-        return self.k[key][:n].copy(), self.v[key][:n].copy()
-
-    def fork(self, parent, child):
-        for layer in range(self.layers):
-            src, dst = self._stream(parent, layer), self._stream(child, layer)
-            self.k[dst], self.v[dst] = self.k[src].copy(), self.v[src].copy()
-            self.length[dst] = self.length[src]
-
-    def release(self, seq):
-        for layer in range(self.layers):
-            self.length[self._stream(seq, layer)] = 0
-
     def live_bytes(self):
         size = np.dtype(self.ex.STORAGE[self.dtype]).itemsize
         return sum(n * self.hkv * (self.d + self.dv) * size for n in self.length.values())
 
 
 def main():
-    # vectors_io and kvcache_example (rope, cache dtypes) are found through --example: parsed first
-    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "python_example")
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--example", default=example)
-    known, _ = pre.parse_known_args()
-    sys.dont_write_bytecode = True
-    sys.path.insert(0, known.example)
-    import kvcache_example
-    import vectors_io
-
     ap = vectors_io.arguments(__doc__.split("\n")[0])
-    ap.add_argument("--example", default=example, help="tools/python_example (vectors_io, safetensors_np, rope)")
+    ap.add_argument("--example", default=EXAMPLE, help="tools/python_example (vectors_io, safetensors_np, rope)")
     ap.add_argument("--bug", choices=BUGS)
     ap.add_argument("--declare", help="a JSON object of extra declaration fields (limits) to declare")
     args = ap.parse_args()
@@ -133,7 +120,7 @@ def main():
         import json
 
         declaration.update(json.loads(args.declare))
-    return vectors_io.drive(args, lambda cfg: WindowCache(cfg, kvcache_example, args.bug),
+    return vectors_io.drive(args, lambda cfg: WindowCache(cfg, args.bug),
                             "numpy-window" + ("-" + args.bug if args.bug else ""), "1.0", declaration)
 
 
