@@ -22,11 +22,16 @@ constexpr uint32_t kSplitKeys = 256;     // keys per split: a split's scores fit
 constexpr uint32_t kSegmentSplits = 4;   // splits per segment (the unit of work when a decode is spread out)
 constexpr uint32_t kSegmentKeys = kSplitKeys * kSegmentSplits;
 constexpr int kTileRows = 8;             // rows per kernel call: 8 accumulators fill the AVX2 register file
-// The widest K or V row the engine takes (multi-head latent attention: K rows of 576 dims). The x86 kernels keep
-// q blocks and V scratch of kSimdMaxHeadDim floats on their stacks and serve d_k == d_v <= kSimdMaxHeadDim; the
-// portable kernel serves every shape (split_kernel_for).
+// The widest K or V row the engine takes (multi-head latent attention: K rows of 576 dims). Every kernel serves every
+// shape up to it, V rows as wide as K rows or not (SplitArgs::v_layout); the x86 kernels' q blocks and V scratch on
+// their stacks have rows of kSimdMaxHeadDim floats.
 constexpr uint32_t kMaxHeadDim = 576;
-constexpr uint32_t kSimdMaxHeadDim = 256;
+constexpr uint32_t kSimdMaxHeadDim = kMaxHeadDim;
+// Whether the x86 kernels serve K rows of head_dim and V rows of head_dim_v dims (else the engine runs the portable
+// kernel): asked once per engine, and by the tests that check which kernel a shape gets.
+constexpr bool simd_serves(uint32_t head_dim, uint32_t head_dim_v) {
+    return head_dim <= kSimdMaxHeadDim && head_dim_v <= kSimdMaxHeadDim;
+}
 
 // head_dim rounded up to the SIMD width: q rows and state outputs are this long, zero-padded.
 inline uint32_t padded_dim(uint32_t head_dim) { return (head_dim + 7u) & ~7u; }
@@ -48,8 +53,8 @@ struct SplitArgs {
     // other dtypes. int8 and q8_0 rows carry their own scales (kv_layout.h).
     const float* k_scales = nullptr;
     const float* v_scales = nullptr;
-    // V rows of head_dim_v != head_dim: V's geometry (kvc_kv_layout_v, engine_impl.hpp), read by the portable
-    // kernel only; null: V rows are shaped like K rows
+    // V rows of head_dim_v != head_dim: V's geometry (kvc_kv_layout_v, engine_impl.hpp); null: V rows are shaped
+    // like K rows
     const kvc_kv_layout* v_layout = nullptr;
 };
 
@@ -61,7 +66,7 @@ inline uint32_t max_call_heads(int rows) { return static_cast<uint32_t>(kMaxCall
 // One call covers n_heads consecutive KV heads args.kv_head .. + n_heads - 1 (all heads of a block sit next to
 // each other, so walking them together reads each block's planes in one sweep). tiles[h] is the tile of head
 // args.kv_head + h: every tile has the same n, limits, windows and sinks, only q differs. states[h * kTileRows + r].o
-// must point at padded_dim floats; the kernel writes m, l and o of every row 0..n-1 of every head.
+// must point at padded_dim(V's head_dim) floats; the kernel writes m, l and o of every row 0..n-1 of every head.
 // n_heads <= max_call_heads(n).
 // A row's arithmetic is the same whatever n_heads is: the heads only interleave.
 using SplitKernel = void (*)(const SplitArgs& args, uint32_t n_heads, const RowTile* tiles, uint32_t k0,

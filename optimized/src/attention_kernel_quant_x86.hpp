@@ -83,13 +83,15 @@ KVC_KERNEL_TARGET void split_quant(const SplitArgs& a, uint32_t nh, const RowTil
                                    SoftmaxState* st) {
     const kvc_kv_layout& L = *a.layout;
     const RowTile& t = tiles[0]; // the limits, windows and sinks are the same for every head
-    const uint32_t d = L.head_dim, dq = padded_dim(d), B = L.block_size;
+    const kvc_kv_layout& Lv = a.v_layout ? *a.v_layout : L; // V rows: as wide as K rows or not
+    const uint32_t d = L.head_dim, dq = padded_dim(d), B = L.block_size, dvq = padded_dim(Lv.head_dim);
     const SplitView sv = split_view(t, R, k0);
     const uint32_t n_max = sv.end;
     alignas(32) float sc[kMaxCallRows][kSplitKeys]; // row r of head h is sc[h * R + r]
-    alignas(64) float wide[kPieceKeys * kSimdMaxHeadDim]; // one piece of one head, dequantized: rows dq floats apart
+    // one piece of one head, dequantized: K rows dq floats apart, V rows dvq
+    alignas(64) float wide[kPieceKeys * kSimdMaxHeadDim];
     const auto* wide_rows = reinterpret_cast<const uint8_t*>(wide);
-    const uint64_t wide_row_bytes = uint64_t{dq} * sizeof(float);
+    const uint64_t wide_row_bytes = uint64_t{dq} * sizeof(float), wide_row_bytes_v = uint64_t{dvq} * sizeof(float);
     const __m256 scale = _mm256_set1_ps(a.scale);
     const WalkPlan walk = avx2_walk();
     // the next split's first keys, as far as some row sees them in a row (visible_run)
@@ -97,8 +99,8 @@ KVC_KERNEL_TARGET void split_quant(const SplitArgs& a, uint32_t nh, const RowTil
         static_cast<uint32_t>(std::min<uint64_t>(visible_run(t, R, uint64_t(k0) + kSplitKeys), walk.prefetch_rows));
     RowPrefetcher pf[kMaxCallRows];
     for (uint32_t h = 0; h < nh; ++h) {
-        pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, walk.prefetch_rows, walk.prefetch_to_l2,
-                              false, 0, 0};
+        pf[h] = RowPrefetcher{&L, a.table, a.kv_head + h, k0, n_max, n_next, walk.prefetch_rows,
+                              walk.prefetch_to_l2, false, 0, 0};
         pf[h].skip_to(sv.walk_from());
     }
     RowPrefetcher idle{}; // the sinks' stretch when a window stretch follows: nothing to fetch
@@ -126,32 +128,33 @@ KVC_KERNEL_TARGET void split_quant(const SplitArgs& a, uint32_t nh, const RowTil
 
     // phase 2: the maximum of each row; phase 3: p = exp(s - m) in place, and l = sum p in 8 lanes (as split_x86)
     for (uint32_t h = 0; h < nh; ++h)
-        for (int r = 0; r < R; ++r) row_softmax(sv, r, sc[h * R + r], dq, st[h * kTileRows + r]);
+        for (int r = 0; r < R; ++r) row_softmax(sv, r, sc[h * R + r], dvq, st[h * kTileRows + r]);
 
     // phase 4: o = sum_j p_j v_j over each dequantized piece; keys not every row sees go key by key
     for (int g = 0; g < sv.n_ranges; ++g) {
         const bool fetch = g + 1 == sv.n_ranges;
         for (uint32_t j = sv.first[g]; j < sv.last[g];) {
             const uint32_t run = piece_of(j, sv.last[g]);
-            const uint8_t* vp = kvc_kv_address(&L, a.table, uint64_t{k0} + j, KVC_PLANE_V, a.kv_head, 0);
+            const uint8_t* vp = kvc_kv_address(&Lv, a.table, uint64_t{k0} + j, KVC_PLANE_V, a.kv_head, 0);
             for (uint32_t h = 0; h < nh; ++h) {
                 (fetch ? pf[h] : idle).upto(n_max + j + run);
                 const float vs = a.v_scales ? a.v_scales[a.kv_head + h] : 1.0f;
-                dequantize_piece<DT>(vp + h * L.head_bytes, run, L, vs, dq, wide);
+                dequantize_piece<DT>(vp + h * Lv.head_bytes, run, Lv, vs, dvq, wide);
                 SoftmaxState* sh = st + h * kTileRows;
                 const float (*sch)[kSplitKeys] = sc + h * R;
                 for (uint32_t i = 0; i < run;) {
                     const uint32_t jj = j + i, live = sv.live_until(jj);
                     if (live == 0) {
-                        accumulate_key<KVC_DTYPE_F32, R>(sv, wide_rows + i * wide_row_bytes, jj, d, sch, sh);
+                        accumulate_key<KVC_DTYPE_F32, R>(sv, wide_rows + i * wide_row_bytes_v, jj, Lv.head_dim, sch,
+                                                         sh);
                         ++i;
                         continue;
                     }
                     const uint32_t count = std::min(run - i, live - jj);
                     const float* p[R];
                     for (int r = 0; r < R; ++r) p[r] = sch[r] + jj;
-                    accumulate_all_live<KVC_DTYPE_F32, R>(wide_rows + i * wide_row_bytes, wide_row_bytes, count, p, sh,
-                                                          d, nullptr, 0);
+                    accumulate_all_live<KVC_DTYPE_F32, R>(wide_rows + i * wide_row_bytes_v, wide_row_bytes_v, count, p,
+                                                          sh, Lv.head_dim, nullptr, 0);
                     i += count;
                 }
             }

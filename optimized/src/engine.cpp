@@ -116,8 +116,7 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
         im->simd = o.simd && cpu_has_avx2_f16c();
         const bool fp8_fused = fp8_scales_fuse(c.cache_dtype, c.scale, im->k_scales.data(), im->v_scales.data(),
                                                im->k_scales.size());
-        // the x86 kernels serve V rows shaped like K rows of up to kSimdMaxHeadDim dims; the portable one the rest
-        const bool simd_shape = dv == c.head_dim && c.head_dim <= kSimdMaxHeadDim;
+        const bool simd_shape = simd_serves(c.head_dim, dv);
         im->kernel = split_kernel(c.cache_dtype, im->simd && simd_shape, fp8_fused);
         if (status) *status = KVC_OK;
         return std::unique_ptr<Engine>(new Engine(std::move(im)));

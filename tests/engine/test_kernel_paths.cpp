@@ -4,7 +4,7 @@
 // path or walk ran, and the benchmark's A/Bs compare their speed assuming equal results. Random shapes (dtype, rows, heads
 // per call, block size, head_dim, causal limits, split), seed printed; each path is also checked against the
 // portable kernel within a loose bound, so a path that computes garbage identically in both would still fail. The
-// AVX-512 kernel must give the AVX2 kernel's bits too.
+// AVX-512 kernel must give the AVX2 kernel's bits too, for latent shapes (V rows of another width than K rows) as well.
 #include "engine_test_util.hpp"
 
 #include "attention_kernel.hpp"
@@ -27,44 +27,63 @@ using opt::RowTile;
 using opt::SoftmaxState;
 using opt::SplitArgs;
 
-// One random case: a pool of blocks in shuffled order, a tile of n rows per head, nh heads per call.
+// One random case: a pool of blocks in shuffled order, a tile of n rows per head, nh heads per call. A latent case
+// has V rows of another width than K rows (multi-head latent attention shapes, up to kMaxHeadDim): each block holds
+// its K plane, then the V plane at V's width (kvc_kv_layout_v, engine_impl.hpp).
 struct KernelCase {
     uint32_t dtype, block, kv_heads, head_dim, nh, k0;
+    uint32_t head_dim_v = 0; // V rows' width (head_dim unless latent)
     float q_scale = 1.0f;
     int n;
     kvc_kv_layout layout{};
+    kvc_kv_layout layout_v{}; // latent cases: V's geometry, V plane after K's
+    bool latent = false;
     std::vector<uint8_t> pool;
     std::vector<uint8_t*> bases;
     std::vector<uint32_t> table;
     std::vector<float> q; // [nh][n][padded_dim]
     RowTile tiles[opt::kMaxCallRows];
 
-    explicit KernelCase(Rng& rng) {
+    explicit KernelCase(Rng& rng, bool latent_shape = false) : latent(latent_shape) {
         const uint32_t dtypes[] = {KVC_DTYPE_F16, KVC_DTYPE_BF16, KVC_DTYPE_F32};
         // every way a row can end: d % 8 != 0, chunks of 8 after whole and odd counts of 16 (12, 24, 40), odd
-        // counts of 16 (48, 80), and 256 = kSimdMaxHeadDim (the x86 kernels serve no wider head)
+        // counts of 16 (48, 80), and 256
         const uint32_t dims[] = {1, 5, 8, 12, 24, 40, 48, 64, 80, 100, 128, 256};
+        // latent: (d_k, d_v) of DeepSeek's MLA decode (576, 512), its small forms (K = the latent plus a RoPE tail),
+        // V wider than K, both widths ending mid-chunk, and the widest rows (576 = kMaxHeadDim) on both sides
+        const uint32_t latent_dims[][2] = {{576, 512}, {20, 16}, {40, 32}, {16, 24}, {576, 576}, {300, 264},
+                                           {72, 64},   {13, 5},  {264, 576}};
         dtype = dtypes[rng.below(3)];
         block = 1 + rng.below(rng.below(2) ? 300 : 40);
-        head_dim = dims[rng.below(sizeof dims / sizeof dims[0])];
+        if (latent) {
+            const auto& dims_kv = latent_dims[rng.below(sizeof latent_dims / sizeof latent_dims[0])];
+            head_dim = dims_kv[0];
+            head_dim_v = dims_kv[1];
+        } else {
+            head_dim = dims[rng.below(sizeof dims / sizeof dims[0])];
+        }
         n = 1 + static_cast<int>(rng.below(opt::kTileRows));
         nh = 1 + rng.below(opt::max_call_heads(n));
         kv_heads = nh + rng.below(3);
         const uint32_t first_head = kv_heads - nh; // the call covers the last nh heads
         const uint32_t eb = dtype == KVC_DTYPE_F32 ? 4 : 2;
         layout = kvc_kv_layout_make(block, kv_heads, head_dim, eb);
+        if (!latent) head_dim_v = head_dim;
+        layout_v = kvc_kv_layout_make(block, kv_heads, head_dim_v, eb);
+        layout_v.plane_bytes = layout.plane_bytes; // the V plane starts after K's (kvc_kv_layout_v)
+        const uint64_t block_bytes = layout.plane_bytes + uint64_t{kv_heads} * layout_v.head_bytes;
         k0 = opt::kSplitKeys * rng.below(3);
         // limits: non-decreasing (rows in token order), the last reaching into or past the split
         const uint32_t last = k0 + 1 + rng.below(opt::kSplitKeys + 40);
         const uint32_t dq = opt::padded_dim(head_dim);
         q.assign(size_t(nh) * n * dq, 0.0f);
         const uint32_t n_blocks = (last + block - 1) / block;
-        pool.resize(size_t(n_blocks) * kvc_kv_block_bytes(&layout));
+        pool.resize(size_t(n_blocks) * block_bytes);
         for (uint32_t b = 0; b < n_blocks; ++b) table.push_back(b);
         for (uint32_t b = n_blocks; b > 1; --b) std::swap(table[b - 1], table[rng.below(b)]);
         table.shrink_to_fit(); // a read past the table's end leaves its allocation: the sanitizer build sees it
-        for (uint32_t b = 0; b < n_blocks; ++b) bases.push_back(pool.data() + size_t(b) * kvc_kv_block_bytes(&layout));
-        layout.block_base = bases.data();
+        for (uint32_t b = 0; b < n_blocks; ++b) bases.push_back(pool.data() + size_t(b) * block_bytes);
+        layout.block_base = layout_v.block_base = bases.data();
         const std::vector<float> kv = rng.normal(pool.size() / eb);
         for (size_t i = 0; i < kv.size(); ++i) opt::store_elem(kv[i], dtype, pool.data() + i * eb);
         uint32_t limits[opt::kTileRows];
@@ -89,14 +108,15 @@ struct KernelCase {
         first_head_ = first_head;
     }
 
-    // The states of every row of every head, flattened: m, l, then o[head_dim], per (head, row).
+    // The states of every row of every head, flattened: m, l, then o[head_dim_v], per (head, row).
     std::vector<float> run(opt::SplitKernel kernel) const {
-        const uint32_t dq = opt::padded_dim(head_dim);
+        const uint32_t dq = opt::padded_dim(head_dim_v);
         std::vector<float> o(size_t(nh) * opt::kTileRows * dq, NAN);
         SoftmaxState st[opt::kMaxCallRows * opt::kTileRows];
         for (uint32_t h = 0; h < nh; ++h)
             for (int r = 0; r < opt::kTileRows; ++r) st[h * opt::kTileRows + r].o = o.data() + (h * opt::kTileRows + r) * dq;
-        const SplitArgs args{&layout, table.data(), first_head_, 1.0f / std::sqrt(float(head_dim))};
+        SplitArgs args{&layout, table.data(), first_head_, 1.0f / std::sqrt(float(head_dim))};
+        if (latent) args.v_layout = &layout_v;
         kernel(args, nh, tiles, k0, st);
         std::vector<float> flat;
         for (uint32_t h = 0; h < nh; ++h)
@@ -104,7 +124,7 @@ struct KernelCase {
                 const SoftmaxState& s = st[h * opt::kTileRows + r];
                 flat.push_back(s.m);
                 flat.push_back(s.l);
-                flat.insert(flat.end(), s.o, s.o + head_dim);
+                flat.insert(flat.end(), s.o, s.o + head_dim_v);
             }
         return flat;
     }
@@ -121,7 +141,7 @@ struct KernelCase {
     // The same case with only row r of every head (a one-row tile).
     KernelCase only_row(int r) const {
         KernelCase one = *this;
-        one.layout.block_base = one.bases.data();
+        one.layout.block_base = one.layout_v.block_base = one.bases.data();
         for (uint32_t h = 0; h < nh; ++h) {
             one.tiles[h].n = 1;
             one.tiles[h].q[0] = tiles[h].q[r];
@@ -135,7 +155,7 @@ struct KernelCase {
 
     std::string describe() const {
         return "dtype " + std::to_string(dtype) + ", block " + std::to_string(block) + ", head_dim " +
-               std::to_string(head_dim) + ", rows " + std::to_string(n) + ", heads per call " + std::to_string(nh) +
+               std::to_string(head_dim) + ", head_dim_v " + std::to_string(head_dim_v) + ", rows " + std::to_string(n) + ", heads per call " + std::to_string(nh) +
                ", k0 " + std::to_string(k0) + ", last limit " + std::to_string(tiles[0].limit[n - 1]) +
                ", q scale " + std::to_string(q_scale) + ", window " + std::to_string(window) + ", sinks " +
                std::to_string(sinks);
@@ -266,6 +286,50 @@ TEST(KernelPaths, Avx512MatchesAvx2Bitwise) {
     EXPECT_GT(cases_widened, 50) << "the random shapes must exercise the widened V path (f16/bf16, 5+ rows)";
     EXPECT_GT(cases_one_row_wide, 5) << "the random shapes must exercise one row's 16-chunk V passes (d >= 128)";
     EXPECT_GT(cases_odd_group, 20) << "the random shapes must exercise row pairs with a row of zeros (5 or 7 rows)";
+}
+
+// Latent shapes (V rows of another width than K rows, rows up to kMaxHeadDim = 576 wide), with and without windows and
+// sinks: the AVX2 kernel's group and direct paths give the same bits, the AVX-512 kernel's paths (key pairs, row
+// pairs, direct) the AVX2 kernel's bits, and the portable kernel the same states up to rounding.
+TEST(KernelPaths, LatentShapesOnEveryKernel) {
+    if (!opt::cpu_has_avx2_f16c()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C: the AVX2 kernel cannot run here";
+    SwitchesRestored restore;
+    Rng rng(test_seed(20261211));
+    int cases_mla_group = 0, cases_windowed = 0;
+    for (int c = 0; c < 120; ++c) {
+        KernelCase kc(rng, true);
+        if (rng.below(2)) {
+            kc.set_window(1 + rng.below(300), rng.below(2) ? 0 : 1 + rng.below(40));
+            ++cases_windowed;
+        }
+        const std::string what = "case " + std::to_string(c) + ": " + kc.describe();
+        const opt::SplitKernel avx2 = opt::split_kernel_avx2(kc.dtype);
+        opt::set_avx512_group_path(true);
+        opt::set_avx2_group_path(true);
+        const std::vector<float> group = kc.run(avx2);
+        opt::set_avx2_group_path(false);
+        ASSERT_TRUE(bitwise_equal(group, kc.run(avx2))) << "AVX2 group and direct paths differ, " << what;
+        if (opt::cpu_has_avx512())
+            for (const int path : {0, 1, 2}) { // key pairs, row pairs, the direct path with 32 registers
+                opt::set_avx2_group_path(path < 2);
+                opt::set_avx512_score_row_pairs(path == 1);
+                ASSERT_TRUE(bitwise_equal(group, kc.run(opt::split_kernel_avx512(kc.dtype))))
+                    << "AVX-512 (path " << path << ") and AVX2 differ, " << what;
+            }
+        const std::vector<float> portable = kc.run(opt::split_kernel_scalar(kc.dtype));
+        ASSERT_EQ(group.size(), portable.size());
+        for (size_t i = 0; i < group.size(); ++i) {
+            const float a = group[i], b = portable[i];
+            if (std::isinf(a) || std::isinf(b)) {
+                ASSERT_EQ(a, b) << "value " << i << ", " << what;
+                continue;
+            }
+            ASSERT_NEAR(a, b, 1e-3f * (1.0f + std::fabs(b))) << "value " << i << ", " << what;
+        }
+        if (kc.head_dim == 576 && kc.head_dim_v == 512 && kc.n >= 4) ++cases_mla_group;
+    }
+    EXPECT_GT(cases_mla_group, 0) << "the random shapes must run DeepSeek's 576/512 on the group path";
+    EXPECT_GT(cases_windowed, 30);
 }
 
 // The machine's kernel choices name core generations by CPUID family (cpu_family): it must be the family the kernel

@@ -5,6 +5,9 @@
 // head_dim and a V row at head_dim_v.
 #include "engine_test_util.hpp"
 
+#include "attention_kernel.hpp"
+#include "simd.hpp"
+
 #include "kvcheck/optimized/cpu_engine.h"
 #include "kvcheck/reference/quantize.hpp"
 
@@ -219,26 +222,74 @@ TEST(Latent, WindowsSinksAndEviction) {
             if (shape_fits(s, dtype)) run_case(s, dtype, KVC_ROPE_GPTJ, 9, 2, seed);
 }
 
-// The portable kernel for every shape (partial rotary otherwise runs the x86 ones), one thread, in test mode: full
+// The portable kernel for every shape, then the x86 ones (where the CPU has them), one thread, in test mode: full
 // blocks read-only (a write into a V plane past its width would fault) and fresh slots NaN (a read of a slot never
 // written would show).
 TEST(Latent, PortableKernelSealedAndPoisoned) {
     const uint64_t seed = test_seed(20261210);
     opt::EngineOptions o;
-    o.simd = false;
     o.threads = 1;
     o.seal_full_blocks = true;
     o.poison_unused = true;
-    for (const Shape& s : kShapes)
-        for (uint32_t dtype : {KVC_DTYPE_F32, KVC_DTYPE_BF16, KVC_DTYPE_INT8_TOKEN, KVC_DTYPE_Q8_0})
-            if (shape_fits(s, dtype)) {
-                run_case(s, dtype, KVC_ROPE_NEOX, 0, 0, seed, o);
-                run_case(s, dtype, KVC_ROPE_GPTJ, 9, 2, seed, o);
-            }
+    for (const bool simd : {false, true}) {
+        o.simd = simd;
+        for (const Shape& s : kShapes)
+            for (uint32_t dtype : {KVC_DTYPE_F32, KVC_DTYPE_BF16, KVC_DTYPE_INT8_TOKEN, KVC_DTYPE_Q8_0})
+                if (shape_fits(s, dtype)) {
+                    run_case(s, dtype, KVC_ROPE_NEOX, 0, 0, seed, o);
+                    run_case(s, dtype, KVC_ROPE_GPTJ, 9, 2, seed, o);
+                }
+    }
 }
 
-// Decode steps through every kernel: the x86 kernels take d_k == d_v <= 256 only, so a wide MHA head (576 = 576)
-// and the latent shapes run the portable kernel whatever simd says; the outputs must match either way.
+// Restores the x86 kernels' process-wide path switches however the test ends.
+struct PathsRestored {
+    bool avx2_group = opt::avx2_group_path(), avx512_group = opt::avx512_group_path();
+    ~PathsRestored() {
+        opt::set_avx2_group_path(avx2_group);
+        opt::set_avx512_group_path(avx512_group);
+    }
+};
+
+// Every latent shape and the wide MHA head go through the x86 kernels (the engine asks simd_serves), and on a CPU
+// with AVX-512 the MLA decode's tiles of 8 query heads reach that kernel's group path: its count of scored splits
+// moves. The other tests then check those kernels' outputs against the reference.
+TEST(Latent, SimdKernelsServeTheLatentShapes) {
+    for (const Shape& s : kShapes)
+        EXPECT_TRUE(opt::simd_serves(s.head_dim, s.head_dim_v ? s.head_dim_v : s.head_dim)) << s.name;
+    EXPECT_TRUE(opt::simd_serves(576, 576));
+    if (!opt::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 here: the group path's counts cannot witness the dispatch";
+    PathsRestored restore;
+    opt::set_avx2_group_path(true);
+    opt::set_avx512_group_path(true);
+    const opt::ScoreLayoutSplits before = opt::avx512_score_layout_splits();
+    run_case(kShapes[0], KVC_DTYPE_BF16, KVC_ROPE_NEOX, 0, 0, test_seed(20261211));
+    const opt::ScoreLayoutSplits after = opt::avx512_score_layout_splits();
+    EXPECT_GT(after.key_pairs + after.row_pairs, before.key_pairs + before.row_pairs)
+        << "the MLA decode did not reach the AVX-512 kernel's group path";
+}
+
+// The AVX2 kernel (the AVX-512 kernel's own paths off) and the x86 direct path (group paths off) for every latent
+// shape and dtype, windows, sinks and eviction included: whichever x86 kernel and path a machine runs matches the
+// reference.
+TEST(Latent, Avx2KernelAndDirectPathAgainstTheReference) {
+    if (!opt::cpu_has_avx2_f16c()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+    PathsRestored restore;
+    const uint64_t seed = test_seed(20261212);
+    opt::set_avx512_group_path(false);
+    for (const bool group : {true, false}) {
+        opt::set_avx2_group_path(group);
+        SCOPED_TRACE(group ? "AVX2 kernel, group path" : "AVX2 kernel, direct path");
+        for (const Shape& s : kShapes)
+            for (uint32_t dtype : kDtypes)
+                if (shape_fits(s, dtype)) {
+                    run_case(s, dtype, KVC_ROPE_NEOX, 0, 0, seed);
+                    run_case(s, dtype, KVC_ROPE_GPTJ, 9, 2, seed);
+                }
+    }
+}
+
+// Decode steps of a wide MHA head (576 = 576, the x86 kernels' widest rows) through the default kernel.
 TEST(Latent, WideHeadWithoutSeparateV) {
     const uint64_t seed = test_seed(20261208);
     const Shape wide{"wide_576", 4, 2, 576, 0, 0, 0};
