@@ -222,6 +222,34 @@ TEST_P(ServerIsolation, AForgerEndsNotConformant) {
     }
 }
 
+// Forged notes (tests/doubles/note_forger.c: a guard line and the memory limit's "M" on descriptor 3 at every call)
+// are words read only beside what they explain: a correct plugin stays CONFORMANT and the words reach no report; one
+// that then exits inside the call is a CRASH with its exit status, not the guard's words nor the limit's ERROR.
+TEST(ServerIsolationParity, ForgedNotesChangeNoVerdict) {
+    const fs::path dir = fresh_test_dir(kWork, "notes_");
+    for (const bool exits : {false, true}) {
+        const std::string lib = exits ? "libkvcheck_double_notes_then_exit.so" : "libkvcheck_double_notes_then_pass.so";
+        const Outcome o = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) +
+                                               " --profile core --cases 2 --filter EQUIV --report r.json");
+        ASSERT_EQ(o.rc, exits ? 1 : 0) << o.all();
+        EXPECT_NE(o.out.find("isolation: server"), std::string::npos) << o.out;
+        const std::string report = read_file(dir / "r.json");
+        EXPECT_EQ(report.find("forged-buffer"), std::string::npos) << report;
+        EXPECT_EQ(report.find("memory limit"), std::string::npos) << report;
+        const nlohmann::json j = nlohmann::json::parse(report);
+        const auto& cases = j.at("implementations").at(0).at("cases");
+        ASSERT_EQ(cases.size(), 2u) << o.all();
+        for (const auto& c : cases) {
+            EXPECT_EQ(c.at("verdict"), exits ? "CRASH" : "PASS") << c.dump();
+            if (exits) {
+                EXPECT_NE(c.at("reason").get<std::string>().find("ended the process (exit status 0)"),
+                          std::string::npos)
+                    << c.dump();
+            }
+        }
+    }
+}
+
 // --isolation auto serves what the server can judge, and only that: a host plugin with the operation-level table
 // only; a library with a model-level table, and a built-in, run in a forked case process as before.
 TEST(ServerIsolationParity, AutoServesHostOperationLevelPlugins) {

@@ -28,7 +28,10 @@ bool take_stdio(int* in, int* out) {
 
 int serve_plugin(const std::string& path, int notes_fd) {
     std::fflush(stdout);
-    if (notes_fd >= 0 && ::fcntl(notes_fd, F_SETFD, FD_CLOEXEC) != 0) {
+    // Non-blocking: a notes pipe the plugin filled must not hang a reply or the fault handler (a note lost is words
+    // lost, never a verdict).
+    if (notes_fd >= 0 && (::fcntl(notes_fd, F_SETFD, FD_CLOEXEC) != 0 ||
+                          ::fcntl(notes_fd, F_SETFL, ::fcntl(notes_fd, F_GETFL) | O_NONBLOCK) != 0)) {
         std::fprintf(stderr, "kvcheck serve-plugin: --notes-fd %d: not an open descriptor\n", notes_fd);
         return kExitBadInput;
     }

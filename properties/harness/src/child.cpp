@@ -53,6 +53,9 @@ bool pipe_broke(prop::CaseResult& r) {
                 : b->kind == pipe::Breakdown::Kind::Timeout ? Verdict::Timeout
                                                             : Verdict::Error;
     r.reason = b->text;
+    // the breakdown is the verdict: an OUT_OF_MEMORY some earlier call returned must not let a note turn it into the
+    // memory limit's ERROR (case_run.cpp, apply_memory_limit)
+    r.out_of_memory = false;
     if (const std::string fault = pipe::client_notes().guard_fault;
         b->kind == pipe::Breakdown::Kind::Crash && !fault.empty())
         r.reason += ": " + printable(fault) + ": an implementation may reach only the buffers it is lent, within "

@@ -175,9 +175,9 @@ void Channel::take_notes(char* buf, std::size_t* len, std::size_t cap) {
     }
 }
 
-int Channel::exit_status() const {
-    return reaped_ && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) <= 128 ? WEXITSTATUS(wait_status_) : -1;
-}
+int Channel::exit_status() const { return reaped_ && WIFEXITED(wait_status_) ? WEXITSTATUS(wait_status_) : -1; }
+
+int Channel::end_signal() const { return reaped_ && WIFSIGNALED(wait_status_) ? WTERMSIG(wait_status_) : 0; }
 
 void Channel::describe_end(double wait_s, char* out, std::size_t cap) {
     const double deadline = now_s() + wait_s;

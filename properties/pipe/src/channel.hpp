@@ -41,8 +41,10 @@ public:
     // How the client has ended, in words, waiting up to wait_s for it: "exited with status 3", "died of SIGSEGV
     // (segmentation fault)", or "is still running". Written into out (NUL-terminated).
     void describe_end(double wait_s, char* out, std::size_t cap);
-    // After describe_end(): the exit status of a client that exited by itself (not by a signal), else -1.
+    // After describe_end(): the exit status of a client that exited by itself (not by a signal), else -1; the signal
+    // that ended it, else 0.
     int exit_status() const;
+    int end_signal() const;
     // Closes the client's stdin (its signal to end), waits up to wait_s for it to exit, then kills it.
     void close_and_wait(double wait_s);
     // SIGKILL to the client and reaps it (a hung or misbehaving client must not outlive its judgement).

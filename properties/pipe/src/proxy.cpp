@@ -12,6 +12,7 @@
 #include "lent.hpp"
 
 #include <chrono>
+#include <csignal>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -601,7 +602,10 @@ ClientNotes client_notes() {
         const std::string line(static_cast<const char*>(c.notes + at), nl);
         at = static_cast<std::size_t>(nl - c.notes) + 1;
         if (line == "M") n.allocation_refused = true;
-        else if (line.size() > 2 && line[0] == prop::kGuardFaultTag && line[1] == ' ') n.guard_fault = line.substr(2);
+        // the fault handler speaks only as the process dies of the fault: from a process that did not, not kvcheck's
+        else if (line.size() > 2 && line[0] == prop::kGuardFaultTag && line[1] == ' ' &&
+                 c.channel.end_signal() == SIGSEGV)
+            n.guard_fault = line.substr(2);
     }
     return n;
 }

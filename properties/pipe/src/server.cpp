@@ -237,6 +237,7 @@ private:
     template <typename F>
     kvc_status lent_call(const char* call, F&& f) {
         const prop::LentCall naming(call);
+        errno = 0; // an ENOMEM left from an earlier call the plugin recovered from is not this call's
         const kvc_status st = f();
         prop::note_if_refused(st, errno);
         return st;
@@ -342,6 +343,7 @@ private:
             const bool fork = op_ == kFork;
             if (fork ? !KVC_API_HAS(api_, fork) : !KVC_API_HAS(api_, release))
                 return error(KVC_ERR_UNSUPPORTED, "not provided by the plugin");
+            errno = 0;
             const kvc_status st = fork ? api_->fork(s->cache, get_u32(req_ + 8), get_u32(req_ + 12))
                                        : api_->release(s->cache, get_u32(req_ + 8));
             prop::note_if_refused(st, errno);

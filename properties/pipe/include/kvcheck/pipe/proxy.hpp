@@ -45,14 +45,15 @@ const kvc_plugin_api* proxy_entry(uint32_t harness_abi_major, uint32_t harness_a
 struct Breakdown {
     enum class Kind { Crash, Timeout, Error };
     Kind kind = Kind::Error;
-    std::string text; // "the client process died of signal 11 (...) while kvcheck waited for the reply to read_kv ..."
+    std::string text; // "the reply to read_kv (request #7): the client process died of SIGSEGV ..."
 };
 // The connection's breakdown, if it broke.
 std::optional<Breakdown> breakdown();
 
 // What a served plugin's process wrote on its notes pipe so far (docs/protocol.md, "Notes"): that the memory limit
-// refused an allocation ("M"), and the guards' fault line as it died ("G ..."). Words only: the plugin can write
-// there too, so nothing here decides a verdict; it names the cause of an OUT_OF_MEMORY or of a CRASH.
+// refused an allocation ("M"), and the guards' fault line as it died ("G ...", kept only when the process died of
+// SIGSEGV, as a case process's). Words only: the plugin can write there too, so nothing here decides a verdict; it
+// names the cause of an OUT_OF_MEMORY or of a CRASH.
 struct ClientNotes {
     bool allocation_refused = false;
     std::string guard_fault;
