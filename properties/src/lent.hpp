@@ -99,6 +99,8 @@ void report_guard_faults_to(int fd);
 
 // The line's tag on a result descriptor.
 constexpr char kGuardFaultTag = 'G';
+// What a CRASH reason adds after the line's words, wherever the process that died was (case process or server).
+constexpr const char* kGuardFaultRule = "an implementation may reach only the buffers it is lent, within their size";
 
 // What a call did to buffers lent on the far side of a process boundary. Through the pipe route the plugin runs in
 // `kvcheck serve-plugin`, which lends it guarded copies exactly as the call driver does here and sends what

@@ -65,8 +65,7 @@ prop::CaseResult result_of(const ChildRun& run, const PipeContents& pipe, const 
     std::string ending; // how the child ended, in words, when it did not end normally
     if (run.end != ChildRun::End::Exited || run.code != 0) ending = "the case process " + ending_text(run, timeout_s);
     if (!pipe.guard_fault.empty())
-        ending += ": " + pipe.guard_fault + ": an implementation may reach only the buffers it is lent, within their "
-                                            "size";
+        ending += ": " + pipe.guard_fault + ": " + prop::kGuardFaultRule;
     if (run.end == ChildRun::End::Exited && run.code != 0 && run.code != kBodyThrew && run.code != kExecFailed)
         ending = "the implementation ended the process (exit status " + std::to_string(run.code) +
                  ") before the case finished";

@@ -58,8 +58,7 @@ bool pipe_broke(prop::CaseResult& r) {
     r.out_of_memory = false;
     if (const std::string fault = pipe::client_notes().guard_fault;
         b->kind == pipe::Breakdown::Kind::Crash && !fault.empty())
-        r.reason += ": " + printable(fault) + ": an implementation may reach only the buffers it is lent, within "
-                                              "their size";
+        r.reason += ": " + printable(fault) + ": " + prop::kGuardFaultRule;
     r.failed_property.clear();
     r.mismatch.reset();
     return true;
