@@ -337,44 +337,108 @@ std::vector<std::string> no_q_failures(const nlohmann::json& rep) {
     return reasons;
 }
 
+// The fake runtime as one device shared by every process of a run (FAKE_CUDA_STATE, tests/doubles/fake_cudart.c):
+// a DEVICE plugin served by `kvcheck serve-plugin` allocates in the server, and the case process that grades reads
+// the device, as on a real GPU, where the reading is global to the device.
+std::string fake_device_env(const fs::path& state) {
+    return "KVCHECK_CUDART=" + quote(fake_cudart()) + " FAKE_CUDA_STATE=" + quote(state.string()) + " ";
+}
+
+// Both ways a DEVICE plugin is judged: served (the default) and loaded in the case process (asked for).
+const std::vector<std::string> kDeviceIsolations = {"", " --isolation fork"};
+
 // A plugin that declares KVC_MEMORY_DEVICE and keeps every query on the host heap: the host heap is watched for a
 // DEVICE plugin too, whether the device half can run (the fake runtime) or not (no runtime: NOT_SUPPORTED for that
-// half only). Before the fix the first passed NO-Q and the second was NOT_SUPPORTED.
+// half only), served or not. Before the fix the first passed NO-Q and the second was NOT_SUPPORTED.
 TEST_F(Hostile, AHostQHoarderDeclaringDeviceFailsNoQ) {
     if (kvc::prop::kBuiltWithAddressSanitizer) GTEST_SKIP() << "the allocator watch is blind under ASan";
-    for (const std::string& runtime : {fake_cudart(), std::string("/nonexistent/libcudart.so.13")}) {
-        const Outcome r = run_kvcheck(dir_, "validate " + hostile("device_hoarder") +
-                                                " --filter '^NO-Q/' --cases 6 --report report.json",
-                                      "KVCHECK_CUDART=" + quote(runtime) + " ");
-        EXPECT_EQ(r.rc, 1) << runtime << "\n" << r.all();
-        const nlohmann::json rep = report();
-        ASSERT_FALSE(rep.is_discarded()) << r.all();
-        EXPECT_EQ(rep.at("implementations").at(0).at("capabilities").at("memory_space"), "device");
-        const std::vector<std::string> reasons = no_q_failures(rep);
-        ASSERT_FALSE(reasons.empty()) << runtime << "\n" << r.out;
-        for (const std::string& why : reasons) {
-            EXPECT_NE(why.find("host heap"), std::string::npos) << why;
-            EXPECT_NE(why.find("hidden storage"), std::string::npos) << why;
+    for (const std::string& isolation : kDeviceIsolations) {
+        for (const std::string& env : {fake_device_env(path("device-" + std::to_string(isolation.size()))),
+                                       std::string("KVCHECK_CUDART=/nonexistent/libcudart.so.13 ")}) {
+            const Outcome r = run_kvcheck(dir_, "validate " + hostile("device_hoarder") + isolation +
+                                                    " --filter '^NO-Q/' --cases 6 --report report.json",
+                                          env);
+            EXPECT_EQ(r.rc, 1) << env << isolation << "\n" << r.all();
+            const nlohmann::json rep = report();
+            ASSERT_FALSE(rep.is_discarded()) << r.all();
+            const auto& impl = rep.at("implementations").at(0);
+            EXPECT_EQ(impl.at("capabilities").at("memory_space"), "device");
+            EXPECT_EQ(impl.at("isolation"), isolation.empty() ? "server" : "fork") << env;
+            const std::vector<std::string> reasons = no_q_failures(rep);
+            ASSERT_FALSE(reasons.empty()) << env << isolation << "\n" << r.out;
+            for (const std::string& why : reasons) {
+                EXPECT_NE(why.find("host heap"), std::string::npos) << why;
+                EXPECT_NE(why.find("hidden storage"), std::string::npos) << why;
+            }
+            EXPECT_NE(r.out.find("NOT CONFORMANT"), std::string::npos) << r.out;
         }
-        EXPECT_NE(r.out.find("NOT CONFORMANT"), std::string::npos) << r.out;
     }
 }
 
 // A plugin whose constructor points KVCHECK_CUDART at itself (a cudaMemGetInfo that never changes) and keeps its
 // queries in the device memory of the runtime kvcheck was given: the watch reads the runtime kvcheck resolved
-// before any plugin code ran, so the growth shows. Before the fix NO-Q passed.
+// before any plugin code ran, so the growth shows, served or not. Before the fix NO-Q passed.
 TEST_F(Hostile, ARuntimeSwappingPluginIsWatchedThroughTheRuntimeKvcheckResolved) {
-    const Outcome r = run_kvcheck(dir_, "validate " + hostile("cudart_swapper") +
-                                            " --filter '^NO-Q/' --cases 6 --report report.json",
-                                  "KVCHECK_CUDART=" + quote(fake_cudart()) + " ");
-    EXPECT_EQ(r.rc, 1) << r.all();
+    for (const std::string& isolation : kDeviceIsolations) {
+        const Outcome r = run_kvcheck(dir_, "validate " + hostile("cudart_swapper") + isolation +
+                                                " --filter '^NO-Q/' --cases 6 --report report.json",
+                                      fake_device_env(path("device-" + std::to_string(isolation.size()))));
+        EXPECT_EQ(r.rc, 1) << isolation << "\n" << r.all();
+        const nlohmann::json rep = report();
+        ASSERT_FALSE(rep.is_discarded()) << r.all();
+        EXPECT_EQ(rep.at("implementations").at(0).at("isolation"), isolation.empty() ? "server" : "fork");
+        const std::vector<std::string> reasons = no_q_failures(rep);
+        ASSERT_FALSE(reasons.empty()) << isolation << "\n" << r.out;
+        for (const std::string& why : reasons)
+            EXPECT_NE(why.find("device memory in use grew"), std::string::npos) << why;
+        EXPECT_NE(r.out.find("NOT CONFORMANT"), std::string::npos) << r.out;
+    }
+}
+
+// A served DEVICE plugin is held to its device allocations exactly as one loaded in the case process: the honest
+// fake passes NO-Q and MEMORY (the server made its CUDA context before the first call, so the fake's 512 MiB context
+// is not charged to create()), the query keeper fails NO-Q on the device half, the misreporter both.
+TEST_F(Hostile, ServedDevicePluginsAreHeldToTheirDeviceMemory) {
+    struct Expect {
+        const char* name;
+        int rc;
+        const char* why; // in every NO-Q failure; nullptr: none may fail
+    };
+    for (const Expect& e : {Expect{"fake_device_honest", 0, nullptr},
+                            Expect{"fake_device_q_keeper", 1, "device memory in use grew"},
+                            Expect{"fake_device_misreport", 1, "device memory in use grew"}}) {
+        const Outcome r = run_kvcheck(dir_, "validate " + double_plugin(e.name) +
+                                                " --filter '^(NO-Q|MEMORY)/' --cases 4 --report report.json",
+                                      fake_device_env(path(std::string("device-") + e.name)));
+        EXPECT_EQ(r.rc, e.rc) << e.name << "\n" << r.all();
+        const nlohmann::json rep = report();
+        ASSERT_FALSE(rep.is_discarded()) << r.all();
+        const auto& impl = rep.at("implementations").at(0);
+        EXPECT_EQ(impl.at("isolation"), "server") << e.name;
+        const std::vector<std::string> reasons = no_q_failures(rep);
+        if (e.why == nullptr) {
+            EXPECT_TRUE(reasons.empty()) << e.name << "\n" << r.out;
+            for (const auto& c : impl.at("cases")) EXPECT_EQ(c.at("verdict"), "PASS") << c.dump();
+        } else {
+            ASSERT_FALSE(reasons.empty()) << e.name << "\n" << r.out;
+            for (const std::string& why : reasons) EXPECT_NE(why.find(e.why), std::string::npos) << why;
+        }
+    }
+}
+
+// `kvcheck serve-plugin` run by hand (--connect, no --cudart) makes a DEVICE plugin's context before the first call
+// too, through the runtime the environment names: without that the fake's 512 MiB context lands in create() and an
+// honest cache fails NO-Q ("create() holds ... besides its K/V storage").
+TEST_F(Hostile, ServePluginMakesADevicePluginsContextBeforeCreate) {
+    const std::string served = std::string(KVC_CLI_BINARY) + " serve-plugin " +
+                               std::string(KVC_DOUBLES_DIR) + "/libkvcheck_double_fake_device_honest.so";
+    const Outcome r = run_kvcheck(dir_, "validate --connect " + quote(served) +
+                                            " --filter '^(NO-Q|MEMORY)/' --cases 3 --report report.json",
+                                  fake_device_env(path("device")));
+    EXPECT_EQ(r.rc, 0) << r.all();
     const nlohmann::json rep = report();
     ASSERT_FALSE(rep.is_discarded()) << r.all();
-    const std::vector<std::string> reasons = no_q_failures(rep);
-    ASSERT_FALSE(reasons.empty()) << r.out;
-    for (const std::string& why : reasons)
-        EXPECT_NE(why.find("device memory in use grew"), std::string::npos) << why;
-    EXPECT_NE(r.out.find("NOT CONFORMANT"), std::string::npos) << r.out;
+    for (const auto& c : rep.at("implementations").at(0).at("cases")) EXPECT_EQ(c.at("verdict"), "PASS") << c.dump();
 }
 
 // KVCHECK_CUDART naming the plugin under test: refused before anything runs (exit 2), saying why.
@@ -435,23 +499,28 @@ TEST_F(Hostile, MemoryLimitOptionIsChecked) {
 // ---------------------------------------------------------------------------------------------------------------
 // Exec isolation (issue 9)
 
-// A DEVICE plugin gets exec isolation and no default memory limit. The fake one refuses to create a cache in a
-// fork()ed copy of the process that loaded it, as a CUDA context would: it passes only if no case runs in one.
-TEST_F(Hostile, DevicePluginsRunUnderExecIsolation) {
-    // NO-Q and MEMORY of a DEVICE plugin need the device-memory watch (a CUDA runtime): not these properties.
-    const Outcome r = kvcheck("validate " + hostile("fake_device") +
-                              " --filter '^(EQUIV|CACHE-CONTENT|APPEND-ONLY|FORK|RELEASE)/' --cases 3 "
-                              "--report report.json");
-    EXPECT_EQ(r.rc, 0) << r.all();
-    const nlohmann::json rep = report();
-    ASSERT_FALSE(rep.is_discarded()) << r.all();
-    const auto& impl = rep.at("implementations").at(0);
-    EXPECT_EQ(impl.at("capabilities").at("memory_space"), "device");
-    EXPECT_EQ(impl.at("isolation"), "exec");
-    EXPECT_TRUE(impl.at("memory_limit_bytes").is_null());
-    EXPECT_EQ(rep.at("counts").at("ERROR"), 0) << r.out;
-    EXPECT_EQ(rep.at("counts").at("CRASH"), 0) << r.out;
-    EXPECT_NE(r.out.find("isolation: exec"), std::string::npos) << r.out;
+// A DEVICE plugin is served by default (a fresh `kvcheck serve-plugin` process, never a fork()ed copy of one that
+// loaded it) with no default memory limit; exec isolation, asked for, runs each case in a freshly executed process
+// that loads it. The fake one refuses to create a cache in a fork()ed copy of the process that loaded it, as a CUDA
+// context would: it passes only if no case runs in one.
+TEST_F(Hostile, DevicePluginsRunServedOrUnderExecIsolation) {
+    for (const std::string isolation : {"server", "exec"}) {
+        // NO-Q and MEMORY of a DEVICE plugin need the device-memory watch (a CUDA runtime): not these properties.
+        const Outcome r = kvcheck("validate " + hostile("fake_device") +
+                                  (isolation == "server" ? "" : " --isolation exec") +
+                                  " --filter '^(EQUIV|CACHE-CONTENT|APPEND-ONLY|FORK|RELEASE)/' --cases 3 "
+                                  "--report report.json");
+        EXPECT_EQ(r.rc, 0) << r.all();
+        const nlohmann::json rep = report();
+        ASSERT_FALSE(rep.is_discarded()) << r.all();
+        const auto& impl = rep.at("implementations").at(0);
+        EXPECT_EQ(impl.at("capabilities").at("memory_space"), "device");
+        EXPECT_EQ(impl.at("isolation"), isolation);
+        EXPECT_TRUE(impl.at("memory_limit_bytes").is_null());
+        EXPECT_EQ(rep.at("counts").at("ERROR"), 0) << r.out;
+        EXPECT_EQ(rep.at("counts").at("CRASH"), 0) << r.out;
+        EXPECT_NE(r.out.find("isolation: " + isolation), std::string::npos) << r.out;
+    }
 }
 
 // Exec and fork isolation judge the same: every case of the example plugin gets the same verdict both ways, and

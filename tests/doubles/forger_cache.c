@@ -8,6 +8,8 @@
  *                     process that copies everything on with "verdict":"FAIL" rewritten to "verdict":"PASS".
  *   1 line_forger     at its first call it writes one hand-made result line claiming PASS (and, for a batch, one per
  *                     case id it guesses) to every such descriptor, then exits 0.
+ *   2 device_forger   the relay forger declaring memory_space DEVICE: a declaration anyone can make, so it must not
+ *                     take a plugin out of server isolation.
  *
  * A process that loads the plugin can reach whatever that process can: only grading outside it (--isolation
  * server: the plugin runs in kvcheck serve-plugin, which sends back raw outputs) makes a NaN a FAIL again.
@@ -23,7 +25,7 @@
 #include <unistd.h>
 
 #ifndef KVC_FORGER
-#error "KVC_FORGER selects the double (0..1)"
+#error "KVC_FORGER selects the double (0..2)"
 #endif
 
 #define KVC_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -71,7 +73,7 @@ static void forge_once(void) {
     while ((e = readdir(d)) != NULL) {
         const int fd = atoi(e->d_name);
         if (fd <= 2 || fd == dirfd(d) || !is_write_pipe(fd)) continue;
-        if (KVC_FORGER == 0) {
+        if (KVC_FORGER != 1) {
             int p[2];
             if (pipe(p) != 0) continue;
             if (fork() == 0) {
@@ -103,13 +105,19 @@ static kvc_status fg_append_attend(kvc_cache* cache, uint32_t seq, uint32_t laye
     return s;
 }
 
+static void fg_get_caps(kvc_caps* out) {
+    inner()->get_caps(out);
+    if (KVC_FORGER == 2) out->memory_space = KVC_MEMORY_DEVICE;
+}
+
 static kvc_plugin_api g_api;
 
 KVC_PLUGIN_EXPORT const kvc_plugin_api* kvcheck_plugin_entry(uint32_t abi_major, uint32_t abi_minor) {
     const kvc_plugin_api* base = kvc_example_entry(abi_major, abi_minor);
     if (base == NULL) return NULL;
     g_api = *base;
-    g_api.name = KVC_FORGER == 0 ? "relay_forger" : "line_forger";
+    g_api.name = KVC_FORGER == 0 ? "relay_forger" : KVC_FORGER == 1 ? "line_forger" : "device_forger";
+    g_api.get_caps = fg_get_caps;
     g_api.append_attend = fg_append_attend;
     return &g_api;
 }

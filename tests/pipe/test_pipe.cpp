@@ -250,8 +250,8 @@ TEST(ServerIsolationParity, ForgedNotesChangeNoVerdict) {
     }
 }
 
-// --isolation auto serves what the server can judge, and only that: a host plugin with the operation-level table
-// only; a library with a model-level table, and a built-in, run in a forked case process as before.
+// --isolation auto serves what the server can judge, and only that: a plugin with the operation-level table only,
+// host or device; a library with a model-level table, and a built-in, run in a forked case process as before.
 TEST(ServerIsolationParity, AutoServesHostOperationLevelPlugins) {
     const fs::path dir = fresh_test_dir(kWork, "server_auto_");
     const auto isolation_of = [&](const std::string& what, const std::string& property = "EQUIV") {
@@ -262,6 +262,7 @@ TEST(ServerIsolationParity, AutoServesHostOperationLevelPlugins) {
                                 : j.at("implementations").at(0).at("isolation").get<std::string>();
     };
     EXPECT_EQ(isolation_of("--plugin " + quote(kLib + "/libkvcheck_double_correct.so")), "server");
+    EXPECT_EQ(isolation_of("--plugin " + quote(kLib + "/libkvcheck_double_fake_device_honest.so")), "server");
     EXPECT_EQ(isolation_of("--plugin " + quote(kLib + "/libkvcheck_model_double_layer_cache.so"), "MODEL-LOGITS"),
               "fork");
     EXPECT_EQ(isolation_of("--builtin example"), "fork");
@@ -269,7 +270,8 @@ TEST(ServerIsolationParity, AutoServesHostOperationLevelPlugins) {
 
 INSTANTIATE_TEST_SUITE_P(Forgers, ServerIsolation,
                          ::testing::Values(Forger{"libkvcheck_double_relay_forger.so", "TIMEOUT"},
-                                           Forger{"libkvcheck_double_line_forger.so", "ERROR"}),
+                                           Forger{"libkvcheck_double_line_forger.so", "ERROR"},
+                                           Forger{"libkvcheck_double_device_forger.so", "TIMEOUT"}),
                          [](const auto& info) { return std::string(info.param.lib).substr(18, 5); });
 
 // Behind the server every case gets the verdict it gets in the grading process (the guards, NO-Q's mirror and the

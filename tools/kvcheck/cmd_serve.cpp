@@ -4,6 +4,7 @@
 #include "commands.hpp"
 
 #include "kvcheck/pipe/server.hpp"
+#include "kvcheck/properties/device_watch.hpp"
 #include "kvcheck/properties/heap.hpp"
 #include "kvcheck/properties/target.hpp"
 
@@ -26,7 +27,25 @@ bool take_stdio(int* in, int* out) {
     return true;
 }
 
-int serve_plugin(const std::string& path, int notes_fd) {
+// A DEVICE plugin's case reads device memory from the case process (the reading is global to the device), and the
+// CUDA context this process needs would count against the plugin's create() if the plugin made it there. So the
+// context is made here, before the first request, as the case process's own watch does before create() when the
+// plugin is loaded there. The runtime is pinned before the plugin is loaded (pin_runtime), so that its constructors
+// cannot choose it: the one kvcheck resolved (`--cudart`, server isolation), else the environment's. Failing that,
+// the plugin makes the context itself and its create() is charged with it: nothing is hidden.
+void pin_runtime(const std::string& cudart) {
+    if (cudart.empty()) prop::DeviceWatch::pin_runtime();
+    else prop::DeviceWatch::pin_runtime(prop::RuntimeChoice{cudart, ""});
+}
+
+void make_device_context(const prop::Target& t) {
+    if (t.caps.memory_space != KVC_MEMORY_DEVICE) return;
+    std::string why_not;
+    if (!prop::DeviceWatch::open(&why_not))
+        std::fprintf(stderr, "kvcheck serve-plugin: no CUDA context before the first call: %s\n", why_not.c_str());
+}
+
+int serve_plugin(const std::string& path, int notes_fd, const std::string& cudart) {
     std::fflush(stdout);
     // Non-blocking: a notes pipe the plugin filled must not hang a reply or the fault handler (a note lost is words
     // lost, never a verdict).
@@ -45,6 +64,7 @@ int serve_plugin(const std::string& path, int notes_fd) {
     // The reading is exact only with glibc's per-thread cache off, which main() arranges for every kvcheck process.
     if (prop::heap_accounting_exact() && !prop::heap_watch_blind_reason())
         o.reading = [] { return static_cast<uint64_t>(prop::heap_in_use()); };
+    pin_runtime(cudart);
     prop::Target t;
     try {
         t = prop::load_plugin(path);
@@ -52,6 +72,7 @@ int serve_plugin(const std::string& path, int notes_fd) {
         o.load_error = e.what();
         return pipe::serve(nullptr, kvc_caps{}, in, out, o) == 0 ? kExitBadInput : kExitBadInput;
     }
+    make_device_context(t);
     return pipe::serve(t.api, t.caps, in, out, o) == 0 ? kExitOk : kExitBadInput;
 }
 
@@ -60,6 +81,7 @@ int serve_plugin(const std::string& path, int notes_fd) {
 void add_serve_command(CLI::App& app, int& exit_code) {
     static std::string path; // CLI11 keeps references: the options must outlive parse()
     static int notes_fd = -1;
+    static std::string cudart;
     auto* cmd = app.add_subcommand("serve-plugin", "Serve a plugin over the pipe protocol on stdin and stdout "
                                                    "(docs/protocol.md), for validate --connect. Exit 0 when stdin ends, "
                                                    "2 on a frame that breaks the protocol or a plugin that cannot load");
@@ -68,7 +90,11 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                     "a descriptor open for writing where the guards' fault line and the memory limit's refusals are "
                     "noted (server isolation sets it; docs/protocol.md, Notes)")
         ->check(CLI::Range(3, 1 << 20));
-    cmd->callback([&exit_code] { exit_code = serve_plugin(path, notes_fd); });
+    cmd->add_option("--cudart", cudart,
+                    "the CUDA runtime through which a DEVICE plugin's context is made before the first request: the one "
+                    "kvcheck's device-memory watch reads (server isolation sets it); default: as the watch finds it "
+                    "(KVCHECK_CUDART, else libcudart)");
+    cmd->callback([&exit_code] { exit_code = serve_plugin(path, notes_fd, cudart); });
 }
 
 } // namespace kvc::cli

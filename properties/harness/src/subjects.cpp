@@ -248,21 +248,24 @@ namespace {
 
 // Server isolation: a plugin already probed (in a probe child) is then judged through the pipe route with
 // `kvcheck serve-plugin --notes-fd 3 PATH` as the client, so that no process that grades ever runs the plugin's code.
-// The model level and the device watch still need the plugin in the process that grades: refused here (asked for
-// explicitly), never half judged; `--isolation auto` does not serve such a plugin (served_by_default).
+// A DEVICE plugin is served too: the case process reads device memory itself (the reading is global to the device),
+// and the server makes its CUDA context through the runtime kvcheck resolved before the first call (--cudart), so
+// the context never counts as the cache's. The model level still needs the plugin in the process that grades:
+// refused here (asked for explicitly), never half judged; `--isolation auto` does not serve such a plugin.
 Subject serve(const Subject& probed, const IsolationOptions& o) {
     if (probed.model)
         throw BadInput(probed.plugin_file + ": --isolation server judges the operation level only, and this plugin "
                                             "exports a model table; judge it with --isolation auto, fork or exec");
-    if (probed.target.caps.memory_space == KVC_MEMORY_DEVICE)
-        throw BadInput(probed.plugin_file + ": --isolation server cannot watch device memory (the watch reads in the "
-                                            "process that loads the plugin); judge it with --isolation auto or exec");
     std::error_code ec;
     const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (ec) throw std::runtime_error("--isolation server: cannot find kvcheck's own executable (/proc/self/exe)");
     const std::string file = std::filesystem::absolute(probed.plugin_file).string();
+    std::string cudart;
+    if (const prop::RuntimeChoice* c = prop::DeviceWatch::pinned();
+        probed.target.caps.memory_space == KVC_MEMORY_DEVICE && c != nullptr && c->why_not.empty() && !c->path.empty())
+        cudart = " --cudart " + shell_quote(c->path);
     // (exec: the shell becomes kvcheck, so that how the process ended is the plugin's doing, not the shell's report)
-    Subject s = load_connected("exec " + shell_quote(self.string()) + " serve-plugin --notes-fd 3 " +
+    Subject s = load_connected("exec " + shell_quote(self.string()) + " serve-plugin --notes-fd 3" + cudart + " " +
                                    shell_quote(file), o, true);
     s.target.origin = probed.plugin_file + " (served by kvcheck serve-plugin)";
     s.target_args = probed.target_args;
@@ -270,10 +273,9 @@ Subject serve(const Subject& probed, const IsolationOptions& o) {
     return s;
 }
 
-// What `--isolation auto` serves: a host plugin with the operation-level table only.
+// What `--isolation auto` serves: a plugin with the operation-level table only, host or device.
 bool served_by_default(const Subject& probed) {
-    return !probed.plugin_file.empty() && probed.operation && !probed.model &&
-           probed.target.caps.memory_space != KVC_MEMORY_DEVICE;
+    return !probed.plugin_file.empty() && probed.operation && !probed.model;
 }
 
 } // namespace
