@@ -19,6 +19,14 @@ struct CudaOps {
     static constexpr uint32_t kMemorySpace = KVC_MEMORY_DEVICE;
     static constexpr uint32_t kMaxHeadDim = kvc::cuda::kMaxHeadDim;
     static constexpr bool kQuantized = true; // fp8, int8 per token and q8_0 caches (ABI 1.2), with read_kv_scales
+    // ABI 1.2: sliding windows per layer (any W), any number of sinks and eviction, with every dtype; head_dim_v
+    // apart from head_dim and RoPE on a range of the head dims, with every dtype (q8_0: both multiples of 32). Heads,
+    // K and V, up to kMaxHeadDim = 576 (MLA's K rows): the attention tile's shared memory caps it (tile_plan.hpp).
+    static constexpr bool kWindows = true;
+    static constexpr bool kLatent = true;
+    // fork retains every block of the parent's tables, the partial last one too (copied on the next write to it),
+    // and capacity counts a block once whatever its reference count: the CPU engine's sharing
+    static constexpr bool kForkShares = true;
     static constexpr const char* kCreateFailed = "create: host allocation failed";
 
     // No exception crosses the ABI; a failed allocation on the host is OUT_OF_MEMORY, like on the device.

@@ -7,6 +7,7 @@
 #include "kvcheck/abi.hpp"
 #include "kvcheck/optimized/quant_math.hpp"
 #include "kvcheck/optimized/rope_math.hpp"
+#include "kvcheck/optimized/window_rule.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -87,9 +88,11 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, kvc_status* status, 
         if (error) *error = why;
         return nullptr;
     };
-    // the CPU engine's checks (abi_checks.hpp, shared), the quantized dtypes' included; before the device is asked
-    // for, so that a config is judged the same with or without one
-    if (const opt::Refusal r = opt::check_config(c, kMaxHeadDim, kMaxCount, /*quantized=*/true); r.refused())
+    // the CPU engine's checks (abi_checks.hpp, shared), the quantized dtypes', the windows' and the latent shapes'
+    // included; before the device is asked for, so that a config is judged the same with or without one
+    if (const opt::Refusal r = opt::check_config(c, kMaxHeadDim, kMaxCount, /*quantized=*/true, /*windows=*/true,
+                                                 /*latent=*/true);
+        r.refused())
         return refuse(r.status, r.message);
     if (const std::string why = unavailable_reason(); !why.empty()) return refuse(KVC_ERR_UNSUPPORTED, why);
 
@@ -105,6 +108,18 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, kvc_status* status, 
     e->f16_scale_ = c.cache_dtype == KVC_DTYPE_INT8_TOKEN && c.int8_scale_dtype == KVC_DTYPE_F16;
     e->geometry_ = kvc_kv_layout_make_scaled(e->block_size_, c.n_kv_heads, c.head_dim, e->elem_bytes_,
                                              opt::math::row_scale_bytes(c.cache_dtype, c.head_dim, e->f16_scale_));
+    e->head_dim_v_ = kvc::value_dim(c);
+    e->geometry_v_ = kvc_kv_layout_make_v(&e->geometry_, e->head_dim_v_,
+                                          opt::math::row_scale_bytes(c.cache_dtype, e->head_dim_v_, e->f16_scale_));
+    e->block_bytes_ = kvc_kv_block_bytes_kv(&e->geometry_, &e->geometry_v_);
+    if (opt::any_window(c)) { // sinks without a window have no effect (and are accepted: abi_checks.hpp)
+        e->windows_.assign(c.windows, c.windows + c.n_layers);
+        e->n_sinks_ = c.n_sinks;
+        e->evict_ = c.evict != 0;
+        e->sink_blocks_ = opt::sink_blocks(c.n_sinks, e->block_size_);
+    }
+    e->cfg_.windows = nullptr; // the harness's array: not kept past create
+    e->rope_dims_ = c.rope_dims != 0 ? c.rope_dims : c.head_dim;
     if (opt::math::is_fp8(c.cache_dtype)) { // one scale per (layer, KV head), whatever the mode
         opt::expand_fp8_scales(c, e->k_scales_, e->v_scales_);
         e->cfg_.k_scales = e->cfg_.v_scales = nullptr; // the harness's arrays: not kept past create
@@ -115,13 +130,14 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, kvc_status* status, 
     };
     cudaError_t err = cudaGetDevice(&e->device_);
     if (err != cudaSuccess) return cuda_refuse(err, "cudaGetDevice");
-    if ((err = prepare_attention(kMaxHeadDim)) != cudaSuccess) return cuda_refuse(err, "attention kernel shared memory");
+    if ((err = prepare_attention()) != cudaSuccess) return cuda_refuse(err, "attention kernel shared memory");
     if ((err = cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking)) != cudaSuccess)
         return cuda_refuse(err, "cudaStreamCreate");
     if ((err = cudaMalloc(&e->workspace_, kWorkspaceBytes)) != cudaSuccess) return cuda_refuse(err, "workspace");
     if (c.rope != KVC_ROPE_NONE) {
-        std::vector<double> f(c.head_dim / 2);
-        for (uint32_t j = 0; j < c.head_dim / 2; ++j) f[j] = kvc::opt::math::rope_inv_freq(c.rope_theta, c.head_dim, j);
+        std::vector<double> f(e->rope_dims_ / 2); // the range turns as a head of rope_dims dims
+        for (uint32_t j = 0; j < e->rope_dims_ / 2; ++j)
+            f[j] = kvc::opt::math::rope_inv_freq(c.rope_theta, e->rope_dims_, j);
         if ((err = cudaMalloc(&e->inv_freq_, f.size() * sizeof(double))) != cudaSuccess)
             return cuda_refuse(err, "RoPE frequencies");
         if ((err = cudaMemcpy(e->inv_freq_, f.data(), f.size() * sizeof(double), cudaMemcpyHostToDevice)) != cudaSuccess)
@@ -176,37 +192,45 @@ static uint64_t address_array_at(uint64_t blocks, uint64_t block_bytes) {
     return (blocks * block_bytes + 15) / 16 * 16;
 }
 
-// What the kernels read of this engine: the layout with the device's block addresses, and the config. Rows start at
-// arena_ + id * block_bytes + a multiple of row_bytes, and block_bytes is a multiple of row_bytes: every row starts
-// on 16 bytes when arena_ (cudaMalloc aligns to 256) and row_bytes do, and the kernels may then read 16-byte pieces.
-// An int8 or q8_0 row ends in its scales, so it is never read in 16-byte pieces of codes.
+// What the kernels read of this engine: the layouts with the device's block addresses, and the config. Rows start
+// at arena_ + id * block_bytes + (a multiple of K's row_bytes, or K's plane plus a multiple of V's): every row starts
+// on 16 bytes when arena_ (cudaMalloc aligns to 256) and both row sizes do, and the kernels may then read 16-byte
+// pieces. An int8 or q8_0 row ends in its scales, so it is never read in 16-byte pieces of codes.
 Geometry Engine::device_geometry(uint32_t layer) const {
-    kvc_kv_layout l = geometry_;
-    l.block_base =
-        reinterpret_cast<uint8_t* const*>(arena_ + address_array_at(arena_blocks_, kvc_kv_block_bytes(&geometry_)));
-    const bool wide = geometry_.row_bytes % 16 == 0 && geometry_.scale_bytes == 0 &&
-                      reinterpret_cast<uintptr_t>(arena_) % 16 == 0;
+    kvc_kv_layout l = geometry_, lv = geometry_v_;
+    l.block_base = lv.block_base =
+        reinterpret_cast<uint8_t* const*>(arena_ + address_array_at(arena_blocks_, block_bytes_));
+    const bool wide = geometry_.row_bytes % 16 == 0 && geometry_v_.row_bytes % 16 == 0 &&
+                      geometry_.scale_bytes == 0 && reinterpret_cast<uintptr_t>(arena_) % 16 == 0;
     const uint64_t fp8_at = static_cast<uint64_t>(layer) * cfg_.n_kv_heads, fp8_n = k_scales_.size();
-    return Geometry{l,
-                    cfg_.cache_dtype,
-                    cfg_.rope,
-                    cfg_.n_q_heads,
-                    cfg_.n_kv_heads,
-                    cfg_.head_dim,
-                    group_,
-                    cfg_.scale,
-                    inv_freq_,
-                    wide ? 1u : 0u,
-                    f16_scale_ ? 1u : 0u,
-                    fp8_scales_ ? fp8_scales_ + fp8_at : nullptr,
-                    fp8_scales_ ? fp8_scales_ + fp8_n + fp8_at : nullptr};
+    Geometry g{};
+    g.layout = l;
+    g.layout_v = lv;
+    g.dtype = cfg_.cache_dtype;
+    g.rope = cfg_.rope;
+    g.n_q_heads = cfg_.n_q_heads;
+    g.n_kv_heads = cfg_.n_kv_heads;
+    g.head_dim = cfg_.head_dim;
+    g.head_dim_v = head_dim_v_;
+    g.group = group_;
+    g.scale = cfg_.scale;
+    g.inv_freq = inv_freq_;
+    g.rope_begin = cfg_.rope_dim_begin;
+    g.rope_dims = rope_dims_;
+    g.window = window_of(layer);
+    g.n_sinks = n_sinks_;
+    g.wide_rows = wide ? 1u : 0u;
+    g.f16_scale = f16_scale_ ? 1u : 0u;
+    g.k_scales = fp8_scales_ ? fp8_scales_ + fp8_at : nullptr;
+    g.v_scales = fp8_scales_ ? fp8_scales_ + fp8_n + fp8_at : nullptr;
+    return g;
 }
 
 // Grows the arena to hold n more blocks than are in use: a new arena (double, or what is needed), the old blocks
 // copied into it at the same ids, the address array rebuilt. Ids never change, so tables stay valid.
 bool Engine::reserve_blocks(uint64_t n) {
     if (free_.size() >= n) return true;
-    const uint64_t bb = kvc_kv_block_bytes(&geometry_);
+    const uint64_t bb = block_bytes_;
     uint64_t want = std::max<uint64_t>(arena_blocks_ * 2, in_use_ + n);
     if (arena_blocks_ == 0) want = std::max<uint64_t>(want, std::min<uint64_t>(256, std::max<uint64_t>(1, kFirstArenaBytes / bb)));
     if (want > UINT32_MAX) want = UINT32_MAX;
@@ -251,6 +275,24 @@ void Engine::drop_block(uint32_t id) {
     }
 }
 
+void Engine::evict_dead(Stream& s, uint32_t layer) {
+    if (!evict_) return;
+    // shared after fork: only this table's reference goes
+    opt::evict_dead_blocks(s.blocks.data(), &s.dropped, s.length, window_of(layer), block_size_, sink_blocks_,
+                           [this](uint32_t id) { drop_block(id); });
+}
+
+kvc_status Engine::check_evicted(const char* op, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n) {
+    const Stream* s = find(seq, layer);
+    if (s == nullptr || !opt::range_holds_dropped(pos, n, block_size_, sink_blocks_, s->dropped)) return KVC_OK;
+    const uint64_t from = uint64_t{sink_blocks_} * block_size_, to = from + uint64_t{s->dropped} * block_size_;
+    return fail(KVC_ERR_EVICTED,
+                "%s: rows %llu..%llu of sequence %u layer %u include evicted rows (%llu..%llu were dropped: no query "
+                "of window %u can see them again)",
+                op, static_cast<unsigned long long>(pos), static_cast<unsigned long long>(pos) + n - 1, seq, layer,
+                static_cast<unsigned long long>(from), static_cast<unsigned long long>(to - 1), window_of(layer));
+}
+
 kvc_status Engine::get_scratch(uint64_t bytes, Scratch& s, const char* op) {
     if (bytes <= kWorkspaceBytes) {
         s.base = workspace_;
@@ -282,9 +324,9 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
         for (uint64_t t = 0; t < total; ++t)
             for (uint32_t h = 0; h < cfg_.n_kv_heads; ++h)
                 for (int plane = 0; plane < 2; ++plane) {
-                    const float* row = (plane == 0 ? k : v) +
-                                       ((offsets[0] + t) * cfg_.n_kv_heads + h) * static_cast<uint64_t>(cfg_.head_dim);
-                    if (const int why = opt::math::unquantizable(row, cfg_.cache_dtype, cfg_.head_dim, f16_scale_))
+                    const uint32_t dim = plane == 0 ? cfg_.head_dim : head_dim_v_;
+                    const float* row = (plane == 0 ? k : v) + ((offsets[0] + t) * cfg_.n_kv_heads + h) * uint64_t{dim};
+                    if (const int why = opt::math::unquantizable(row, cfg_.cache_dtype, dim, f16_scale_))
                         return fail(KVC_ERR_INVALID_ARGUMENT, "%s: the %s row of token %llu, KV head %u, has %s", op,
                                     plane == 0 ? "K" : "V", static_cast<unsigned long long>(t), h,
                                     why == 1 ? "a non-finite value (int8 and q8_0 store finite values only)"
@@ -304,7 +346,7 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
                     static_cast<unsigned long long>(blocks), static_cast<unsigned long long>(in_use_));
 
     // the plan: one CallDesc per stream with new tokens, its work items (tiles of rows per KV head)
-    const uint32_t d = cfg_.head_dim;
+    const uint32_t d = cfg_.head_dim, dv = head_dim_v_, tile = tile_rows(d, dv), window = window_of(layer);
     std::vector<CallDesc> calls;
     std::vector<uint32_t> call_seq; // index into seq_ids
     uint64_t table_entries = 0;
@@ -325,25 +367,27 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     std::vector<MergeItem> merges;
     uint64_t partials = 0;
     uint32_t rows_cap = 0; // the most rows of any item: the attention kernel's shared memory is sized for it
+    std::vector<uint32_t> seen; // the segments some row of a tile sees: with a window, the sinks' and the windows'
     for (uint32_t ci = 0; ci < calls.size(); ++ci) {
         const CallDesc& c = calls[ci];
         const uint32_t rows = c.n_new * group_;
-        for (uint32_t h = 0; h < cfg_.n_kv_heads; ++h)
-            for (uint32_t row0 = 0; row0 < rows; row0 += kTileRows) {
-                const uint32_t nr = std::min(kTileRows, rows - row0);
-                rows_cap = std::max(rows_cap, nr);
-                const uint64_t max_limit = static_cast<uint64_t>(c.len_before) + (row0 + nr - 1) / group_ + 1;
-                const uint32_t nseg = static_cast<uint32_t>((max_limit + kSegmentKeys - 1) / kSegmentKeys);
-                if (c.n_new <= kDecodeMaxNew && nseg > 1) { // spread the segments over CUDA blocks, merge after
-                    merges.push_back(MergeItem{ci, h, row0, nr, static_cast<uint32_t>(partials), nseg});
-                    for (uint32_t sg = 0; sg < nseg; ++sg)
-                        items.push_back(WorkItem{ci, h, row0, nr, sg, sg + 1, 0,
-                                                 static_cast<uint32_t>(partials + static_cast<uint64_t>(sg) * nr)});
-                    partials += static_cast<uint64_t>(nseg) * nr;
-                } else {
-                    items.push_back(WorkItem{ci, h, row0, nr, 0, nseg, 1, 0});
+        for (uint32_t row0 = 0; row0 < rows; row0 += tile) {
+            const uint32_t nr = std::min(tile, rows - row0);
+            rows_cap = std::max(rows_cap, nr);
+            segments_seen(c.len_before, row0, nr, group_, window, n_sinks_, seen);
+            for (uint32_t h = 0; h < cfg_.n_kv_heads; ++h) {
+                if (c.n_new <= kDecodeMaxNew && seen.size() > 1) { // spread the segments over CUDA blocks, merge after
+                    const uint32_t n = static_cast<uint32_t>(seen.size());
+                    merges.push_back(MergeItem{ci, h, row0, nr, static_cast<uint32_t>(partials), n});
+                    for (uint32_t i = 0; i < n; ++i)
+                        items.push_back(WorkItem{ci, h, row0, nr, seen[i], seen[i] + 1, 0,
+                                                 static_cast<uint32_t>(partials + static_cast<uint64_t>(i) * nr)});
+                    partials += static_cast<uint64_t>(n) * nr;
+                } else { // the kernel skips the splits no row sees
+                    items.push_back(WorkItem{ci, h, row0, nr, seen.front(), seen.back() + 1, 1, 0});
                 }
             }
+        }
     }
     if (partials > UINT32_MAX) return fail(KVC_ERR_UNSUPPORTED, "%s: too many partial states in one call", op);
     // the biggest items first: under the causal mask the last tiles of a prefill see the most keys
@@ -352,7 +396,8 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     });
 
     Carve cv;
-    const uint64_t kv_elems = total * cfg_.n_kv_heads * d, q_elems = total * cfg_.n_q_heads * d;
+    const uint64_t kv_elems = total * cfg_.n_kv_heads * d, v_elems = total * cfg_.n_kv_heads * dv;
+    const uint64_t q_elems = total * cfg_.n_q_heads * d, out_elems = total * cfg_.n_q_heads * dv;
     const uint64_t at_calls = cv.take(calls.size() * sizeof(CallDesc));
     const uint64_t at_token = cv.take(total * sizeof(uint32_t));
     const uint64_t at_tables = cv.take(table_entries * sizeof(uint32_t));
@@ -360,12 +405,12 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     const uint64_t at_merges = cv.take(merges.size() * sizeof(MergeItem));
     const uint64_t meta_bytes = cv.size; // the above go up in one copy
     const uint64_t at_k = cv.take(kv_elems * sizeof(float));
-    const uint64_t at_v = cv.take(kv_elems * sizeof(float));
+    const uint64_t at_v = cv.take(v_elems * sizeof(float));
     const uint64_t at_q = cv.take(q_elems * sizeof(float));
-    const uint64_t at_out = cv.take(q_elems * sizeof(float));
+    const uint64_t at_out = cv.take(out_elems * sizeof(float));
     const uint64_t at_pm = cv.take(partials * sizeof(float));
     const uint64_t at_pl = cv.take(partials * sizeof(float));
-    const uint64_t at_po = cv.take(partials * d * sizeof(float));
+    const uint64_t at_po = cv.take(partials * dv * sizeof(float));
     Scratch scratch;
     if (const kvc_status st = get_scratch(cv.size, scratch, op); st != KVC_OK) return st;
     std::vector<uint8_t> meta(meta_bytes);
@@ -403,14 +448,14 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
     // phase 4: the device work, in order on the engine's stream
     uint8_t* base = scratch.base;
     const uint64_t first = offsets[0];
-    const uint64_t bb = kvc_kv_block_bytes(&geometry_);
+    const uint64_t bb = block_bytes_;
     const Geometry g = device_geometry(layer);
     cudaError_t e = cudaMemcpyAsync(base, meta.data(), meta_bytes, cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(base + at_k, k + first * cfg_.n_kv_heads * d, kv_elems * sizeof(float),
                             cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess)
-        e = cudaMemcpyAsync(base + at_v, v + first * cfg_.n_kv_heads * d, kv_elems * sizeof(float),
+        e = cudaMemcpyAsync(base + at_v, v + first * cfg_.n_kv_heads * dv, v_elems * sizeof(float),
                             cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(base + at_q, q + first * cfg_.n_q_heads * d, q_elems * sizeof(float),
@@ -432,19 +477,23 @@ kvc_status Engine::append_attend_batch(uint32_t layer, uint32_t n_seqs, const ui
                              static_cast<uint32_t>(merges.size()), reinterpret_cast<float*>(base + at_pm),
                              reinterpret_cast<float*>(base + at_pl), reinterpret_cast<float*>(base + at_po), stream_);
     if (e == cudaSuccess)
-        e = cudaMemcpyAsync(out + first * cfg_.n_q_heads * d, base + at_out, q_elems * sizeof(float),
+        e = cudaMemcpyAsync(out + first * cfg_.n_q_heads * dv, base + at_out, out_elems * sizeof(float),
                             cudaMemcpyDeviceToHost, stream_);
     const cudaError_t sync = cudaStreamSynchronize(stream_);
     if (e == cudaSuccess) e = sync;
     if (e != cudaSuccess) return cuda_fail(e, op, "device work failed (the cache is no longer usable)");
+    // the device is done with this call's blocks: those no later query sees go back to the free list
+    for (uint32_t ci = 0; ci < calls.size(); ++ci) evict_dead(seqs_.at(seq_ids[call_seq[ci]]).layers[layer], layer);
     return KVC_OK;
 }
 
 // read_kv: a row's elements (the codes of a quantized dtype; its scales are read_kv_scales').
 kvc_status Engine::read_kv(uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, void* k_out, void* v_out) {
     if (const opt::Refusal r = opt::check_read_kv(seq, layer, pos, n, k_out, v_out, view()); r.refused()) return fail(r);
-    return gather("read_kv", seq, layer, pos, n, 0, static_cast<uint32_t>(kvc_kv_scale_offset(&geometry_)), k_out,
-                  v_out);
+    if (const kvc_status st = check_evicted("read_kv", seq, layer, pos, n); st != KVC_OK) return st;
+    const RowBytes rb{0, static_cast<uint32_t>(kvc_kv_scale_offset(&geometry_)), 0,
+                      static_cast<uint32_t>(kvc_kv_scale_offset(&geometry_v_))};
+    return gather("read_kv", seq, layer, pos, n, rb, k_out, v_out);
 }
 
 // read_kv_scales: fp8 the f32 scale of the row's (layer, KV head), from the host copy; int8 and q8_0 the scale
@@ -456,6 +505,7 @@ kvc_status Engine::read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, ui
     if (const opt::Refusal r = opt::check_read_kv(seq, layer, pos, n, k_out, v_out, view(), "read_kv_scales");
         r.refused())
         return fail(r);
+    if (const kvc_status st = check_evicted("read_kv_scales", seq, layer, pos, n); st != KVC_OK) return st;
     if (!k_scales_.empty()) {
         const uint64_t H = cfg_.n_kv_heads;
         for (uint64_t i = 0; i < n; ++i)
@@ -467,19 +517,21 @@ kvc_status Engine::read_kv_scales(uint32_t seq, uint32_t layer, uint32_t pos, ui
             }
         return KVC_OK;
     }
-    return gather("read_kv_scales", seq, layer, pos, n, static_cast<uint32_t>(kvc_kv_scale_offset(&geometry_)),
-                  geometry_.scale_bytes, k_out, v_out);
+    const RowBytes rb{static_cast<uint32_t>(kvc_kv_scale_offset(&geometry_)), geometry_.scale_bytes,
+                      static_cast<uint32_t>(kvc_kv_scale_offset(&geometry_v_)), geometry_v_.scale_bytes};
+    return gather("read_kv_scales", seq, layer, pos, n, rb, k_out, v_out);
 }
 
-kvc_status Engine::gather(const char* op, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, uint32_t from,
-                          uint32_t row_bytes, void* k_out, void* v_out) {
+kvc_status Engine::gather(const char* op, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, RowBytes rb,
+                          void* k_out, void* v_out) {
     if (n == 0) return KVC_OK;
     const Stream* s = find(seq, layer);
     if (cudaSetDevice(device_) != cudaSuccess) return fail(KVC_ERR_INTERNAL, "%s: cudaSetDevice failed", op);
-    const uint64_t bytes = static_cast<uint64_t>(n) * geometry_.n_kv_heads * row_bytes;
+    const uint64_t bytes = static_cast<uint64_t>(n) * geometry_.n_kv_heads * rb.bytes;
+    const uint64_t bytes_v = static_cast<uint64_t>(n) * geometry_.n_kv_heads * rb.bytes_v;
     Carve cv;
     const uint64_t at_table = cv.take(s->blocks.size() * sizeof(uint32_t));
-    const uint64_t at_k = cv.take(bytes), at_v = cv.take(bytes);
+    const uint64_t at_k = cv.take(bytes), at_v = cv.take(bytes_v);
     Scratch scratch;
     if (const kvc_status st = get_scratch(cv.size, scratch, op); st != KVC_OK) return st;
     uint8_t* base = scratch.base;
@@ -487,10 +539,10 @@ kvc_status Engine::gather(const char* op, uint32_t seq, uint32_t layer, uint32_t
     cudaError_t e = cudaMemcpyAsync(base + at_table, s->blocks.data(), s->blocks.size() * sizeof(uint32_t),
                                     cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess)
-        e = launch_gather(g, reinterpret_cast<const uint32_t*>(base + at_table), pos, n, from, row_bytes, base + at_k,
-                          base + at_v, stream_);
+        e = launch_gather(g, reinterpret_cast<const uint32_t*>(base + at_table), pos, n, rb, base + at_k, base + at_v,
+                          stream_);
     if (e == cudaSuccess) e = cudaMemcpyAsync(k_out, base + at_k, bytes, cudaMemcpyDeviceToHost, stream_);
-    if (e == cudaSuccess) e = cudaMemcpyAsync(v_out, base + at_v, bytes, cudaMemcpyDeviceToHost, stream_);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(v_out, base + at_v, bytes_v, cudaMemcpyDeviceToHost, stream_);
     const cudaError_t sync = cudaStreamSynchronize(stream_);
     if (e == cudaSuccess) e = sync;
     if (e != cudaSuccess) return cuda_fail(e, op, "device work failed");
@@ -506,18 +558,19 @@ kvc_status Engine::seq_length(uint32_t seq, uint32_t layer, uint32_t* length) {
 
 kvc_status Engine::memory(kvc_memory* out) {
     if (const opt::Refusal r = opt::check_memory_out(out); r.refused()) return fail(r);
-    uint64_t tokens = 0; // sum over (seq, layer) of length: a shared block counts for every sequence
+    uint64_t tokens = 0; // sum over (seq, layer) of the rows held: a shared block counts for every sequence
     for (const auto& [id, sq] : seqs_)
-        for (const Stream& s : sq.layers) tokens += s.length;
-    const uint64_t capacity = in_use_ * kvc_kv_block_bytes(&geometry_); // a shared block counts once
+        for (const Stream& s : sq.layers) tokens += s.length - uint64_t{s.dropped} * block_size_;
+    const uint64_t capacity = in_use_ * block_bytes_; // a shared block counts once
     out->block_size = block_size_;
-    // a head row's elements plus the scales stored with it (fp8's config scales are workspace, below)
-    out->live_bytes =
-        2 * tokens * geometry_.n_kv_heads * kvc::head_row_bytes(cfg_.cache_dtype, cfg_.head_dim, cfg_.int8_scale_dtype);
+    // a K and a V row's elements plus the scales stored with them (fp8's config scales are workspace, below)
+    out->live_bytes = tokens * geometry_.n_kv_heads *
+                      (kvc::head_row_bytes(cfg_.cache_dtype, cfg_.head_dim, cfg_.int8_scale_dtype) +
+                       kvc::head_row_bytes(cfg_.cache_dtype, head_dim_v_, cfg_.int8_scale_dtype));
     out->capacity_bytes = capacity;
     out->pool_bytes = arena_bytes_ - capacity; // free blocks and the arena's block-address array
     if (opt::kvc_memory_has_workspace(out))
-        out->workspace_bytes = kWorkspaceBytes + (inv_freq_ ? cfg_.head_dim / 2 * sizeof(double) : 0) +
+        out->workspace_bytes = kWorkspaceBytes + (inv_freq_ ? rope_dims_ / 2 * sizeof(double) : 0) +
                                (k_scales_.size() + v_scales_.size()) * sizeof(float); // fp8 scales, from create
     return KVC_OK;
 }
@@ -527,7 +580,8 @@ kvc_status Engine::fork(uint32_t parent, uint32_t child) {
     Sequence copy = seqs_.at(parent); // may throw: nothing has changed yet
     seqs_[child] = std::move(copy);
     for (const Stream& s : seqs_[child].layers) // full blocks and the partial last block are now shared
-        for (uint32_t id : s.blocks) ++refcount_[id];
+        for (uint32_t id : s.blocks)
+            if (id != opt::kDroppedBlock) ++refcount_[id]; // freed blocks stay freed in the child too
     return KVC_OK;
 }
 
@@ -535,7 +589,8 @@ kvc_status Engine::release(uint32_t seq) {
     if (const opt::Refusal r = opt::check_release(seq, view()); r.refused()) return fail(r);
     auto it = seqs_.find(seq);
     for (const Stream& s : it->second.layers)
-        for (uint32_t id : s.blocks) drop_block(id);
+        for (uint32_t id : s.blocks)
+            if (id != opt::kDroppedBlock) drop_block(id);
     seqs_.erase(it);
     return KVC_OK;
 }

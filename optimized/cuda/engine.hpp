@@ -49,9 +49,12 @@ public:
 private:
     Engine() = default;
 
+    // |blocks| == ceil(length / B). With eviction blocks[sink_blocks_ .. sink_blocks_ + dropped - 1] are
+    // opt::kDroppedBlock (freed; positions stay absolute), no other.
     struct Stream {
-        std::vector<uint32_t> blocks; // |blocks| == ceil(length / B)
+        std::vector<uint32_t> blocks;
         uint32_t length = 0;
+        uint32_t dropped = 0; // blocks freed by eviction, right after the sinks' blocks
     };
     struct Sequence {
         std::vector<Stream> layers;
@@ -69,14 +72,20 @@ private:
     bool reserve_blocks(uint64_t n);    // grows the arena so that n more blocks can be taken
     uint32_t take_block();
     void drop_block(uint32_t id);
+    uint32_t window_of(uint32_t layer) const { return windows_.empty() ? 0 : windows_[layer]; }
+    // Evicting caches: frees the blocks of s whose every row no later query of the layer sees (window_rule.hpp, the
+    // CPU engine's rule), after the sinks' blocks. Cannot fail.
+    void evict_dead(Stream& s, uint32_t layer);
     kvc_status get_scratch(uint64_t bytes, Scratch& s, const char* op);
     kvc_status cuda_fail(cudaError_t e, const char* op, const char* what);
     // what the kernels read of this engine in a call of `layer` (the layout on the device, the config, the layer's
     // fp8 scales)
     Geometry device_geometry(uint32_t layer) const;
-    // bytes [from, from + bytes) of each row pos .. pos + n - 1, K and V, packed (read_kv, read_kv_scales)
-    kvc_status gather(const char* op, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, uint32_t from,
-                      uint32_t bytes, void* k_out, void* v_out);
+    // a byte range of each row pos .. pos + n - 1, K and V, packed (read_kv, read_kv_scales)
+    kvc_status gather(const char* op, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n, RowBytes rb,
+                      void* k_out, void* v_out);
+    // KVC_ERR_EVICTED when rows pos .. pos + n - 1 of the stream include a freed one, else KVC_OK
+    kvc_status check_evicted(const char* op, uint32_t seq, uint32_t layer, uint32_t pos, uint32_t n);
 
     kvc_config cfg_{};
     uint32_t block_size_ = 0, elem_bytes_ = 0, group_ = 1;
@@ -87,7 +96,15 @@ private:
     std::vector<float> k_scales_, v_scales_;
     float* fp8_scales_ = nullptr;
     uint64_t max_tokens_ = 0;
-    kvc_kv_layout geometry_{};
+    kvc_kv_layout geometry_{};   // K rows; V rows too when head_dim_v == head_dim
+    kvc_kv_layout geometry_v_{}; // V rows (kvc_kv_layout_make_v)
+    uint32_t head_dim_v_ = 0;    // the config's head_dim_v, or head_dim when that is 0
+    uint64_t block_bytes_ = 0;   // K and V planes of one block (kvc_kv_block_bytes_kv)
+    // Windows (ABI 1.2): W of each layer (empty: no window anywhere; the config's array is the harness's, copied at
+    // create), the sinks, eviction, and the leading blocks that hold sinks (never freed).
+    std::vector<uint32_t> windows_;
+    uint32_t n_sinks_ = 0, sink_blocks_ = 0;
+    bool evict_ = false;
     int device_ = 0;
     cudaStream_t stream_ = nullptr;
     // the arena: [arena_blocks_ blocks][arena_blocks_ block addresses (the layout's block_base)]
@@ -98,7 +115,8 @@ private:
     std::set<uint32_t> free_;        // free block ids; the lowest is taken first
     uint64_t in_use_ = 0;
     uint8_t* workspace_ = nullptr; // kWorkspaceBytes
-    double* inv_freq_ = nullptr;   // [head_dim / 2] on the device, when RoPE is on
+    double* inv_freq_ = nullptr;   // [rope_dims / 2] on the device, when RoPE is on
+    uint32_t rope_dims_ = 0;       // rotated dims: the config's rope_dims, or head_dim when that is 0
     std::unordered_map<uint32_t, Sequence> seqs_;
     char error_[512] = "no error";
 };

@@ -77,7 +77,7 @@ std::unique_ptr<Engine> Engine::create(const kvc_config& c, const EngineOptions&
     }
 
     // The hint is a wish: 0 means "yours", and a very large one is capped, at max_tokens too: no stream ever
-    // fills a block longer than that, and the harness holds the reported block size to it (MEMORY).
+    // fills a block longer than that, so a longer one would only hold slots no row can use.
     uint32_t b = c.block_size_hint == 0 ? kDefaultBlockSize : std::min(c.block_size_hint, kMaxBlockSize);
     if (c.max_tokens != 0) b = std::min(b, c.max_tokens);
     const uint32_t es = static_cast<uint32_t>(kvc::dtype_size(c.cache_dtype));

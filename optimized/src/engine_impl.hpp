@@ -4,6 +4,7 @@
 
 #include "kvcheck/optimized/abi_checks.hpp"
 #include "kvcheck/optimized/engine.hpp"
+#include "kvcheck/optimized/window_rule.hpp" // kDroppedBlock, the eviction rule
 
 #include "attention_kernel.hpp"
 #include "block_pool.hpp"
@@ -22,13 +23,8 @@ namespace kvc::opt {
 // the V plane right after the K plane. A block is k.plane_bytes + n_kv_heads * v.head_bytes bytes (not
 // kvc_kv_block_bytes of either). When head_dim_v == k.head_dim this is k itself.
 inline kvc_kv_layout kvc_kv_layout_v(const kvc_kv_layout& k, uint32_t head_dim_v, uint32_t scale_bytes_v) {
-    kvc_kv_layout v = kvc_kv_layout_make_scaled(k.block_size, k.n_kv_heads, head_dim_v, k.elem_bytes, scale_bytes_v);
-    v.plane_bytes = k.plane_bytes;
-    return v;
+    return kvc_kv_layout_make_v(&k, head_dim_v, scale_bytes_v);
 }
-
-// The table entry of a block an evicting cache freed: every row it held was dead (no later query sees it).
-constexpr uint32_t kDroppedBlock = UINT32_MAX;
 
 // One (sequence, layer): its rows live in blocks[pos / B], slot pos % B.
 // Invariant: blocks.size() == ceil(length / B); every slot below length was written exactly once. With eviction,

@@ -6,23 +6,16 @@
 
 namespace kvc::opt {
 
+// The rule (which blocks are dead) is window_rule.hpp's, shared with the CUDA engine.
 void Engine::Impl::evict_dead(Stream& s, uint32_t layer) {
-    const uint32_t w = window_of(layer);
-    if (!evict || w == 0 || s.length < w) return;
-    // The next query is at position length: it sees j iff j < n_sinks or length - j < w, so rows below
-    // dead_end = length - w + 1 are dead from n_sinks on (and stay dead: later queries reach back even less).
-    const uint64_t dead_end = uint64_t{s.length} - w + 1;
-    for (uint64_t b = uint64_t{sink_blocks} + s.dropped; (b + 1) * block_size <= dead_end; ++b) {
-        pool.drop(s.blocks[b]); // shared after fork: only this table's reference goes
-        s.blocks[b] = kDroppedBlock;
-        ++s.dropped;
-    }
+    if (!evict) return;
+    // shared after fork: only this table's reference goes
+    evict_dead_blocks(s.blocks.data(), &s.dropped, s.length, window_of(layer), block_size, sink_blocks,
+                      [this](uint32_t id) { pool.drop(id); });
 }
 
 bool Engine::Impl::holds_dropped(const Stream& s, uint64_t pos, uint64_t n) const {
-    if (s.dropped == 0 || n == 0) return false;
-    const uint64_t first = pos / block_size, last = (pos + n - 1) / block_size;
-    return first < uint64_t{sink_blocks} + s.dropped && last >= sink_blocks;
+    return range_holds_dropped(pos, n, block_size, sink_blocks, s.dropped);
 }
 
 } // namespace kvc::opt

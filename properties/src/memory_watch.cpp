@@ -203,11 +203,16 @@ void check_memory_report(const CheckScope& scope, const kvc_memory& m, const Cac
         mm.actual = static_cast<double>(m.capacity_bytes);
         scope.fail("reported capacity is smaller than the live bytes although no storage is shared (no fork yet)", mm);
     }
-    if (m.block_size == 0 || (cfg.max_tokens > 0 && m.block_size > std::max(cfg.max_tokens, 1u))) {
+    const uint32_t largest_block = std::max(cfg.max_tokens, kLargestFixedBlock);
+    if (m.block_size == 0 || m.block_size > largest_block) {
         mm.what = "block_size";
-        mm.expected = 1;
+        mm.expected = m.block_size == 0 ? 1 : largest_block;
         mm.actual = m.block_size;
-        scope.fail("reported block size must be between 1 and max_tokens", mm);
+        scope.fail("reported block size " + std::to_string(m.block_size) + " is outside 1 .. " +
+                       std::to_string(largest_block) + " (max_tokens, or a fixed page of up to " +
+                       std::to_string(kLargestFixedBlock) + " tokens where max_tokens is shorter): capacity is held "
+                       "to whole blocks, so a larger block would excuse storage no row needs",
+                   mm);
     }
 }
 

@@ -92,6 +92,11 @@ private:
 // engine (std::set node 48, uint32_t count 4, a doubling vector's entry up to 8; optimized/cuda/engine.cpp).
 constexpr int64_t kHostBytesPerDeviceBlock = 64;
 
+// The largest block size MEMORY accepts beyond max_tokens. Engines with fixed pages keep their page size however
+// short a sequence may grow (vLLM 16 or 32, FlashMLA 64, TensorRT-LLM 64 or 128 tokens), so a page longer than
+// max_tokens is honest up to this; beyond it the capacity bound (whole blocks) would excuse storage no row needs.
+constexpr uint32_t kLargestFixedBlock = 256;
+
 // MEMORY's rules for one report against the model: live bytes equal the formula, capacity within whole blocks of
 // the reported size, capacity at least the live bytes while nothing can be shared (no fork yet), a sane block size.
 void check_memory_report(const CheckScope& scope, const kvc_memory& m, const CacheModel& model, bool forked);

@@ -31,11 +31,20 @@ uint32_t head_pair(const CaseConfig& cfg, uint32_t y) { return rope_pair(cfg.rop
 
 } // namespace
 
+namespace {
+
+double pair_inv_freq(uint32_t j, uint32_t head_dim, float theta) {
+    return std::pow(static_cast<double>(theta), -2.0 * j / static_cast<double>(head_dim));
+}
+
+// inv_freq = theta^(-2j/d) by powf (a few ulp), the product pos * inv_freq rounded, cos and sin of the rounded
+// angle (an ulp each): 8 units of 2^-24 relative to the angle, plus two absolute.
+double angle_error(uint32_t pos, double inv_freq) { return 0x1p-24 * (8.0 * pos * inv_freq + 2.0); }
+
+} // namespace
+
 double rope_angle_error(uint32_t pos, uint32_t j, uint32_t head_dim, float theta) {
-    // inv_freq = theta^(-2j/d) by powf (a few ulp), the product pos * inv_freq rounded, cos and sin of the rounded
-    // angle (an ulp each): 8 units of 2^-24 relative to the angle, plus two absolute.
-    const double inv = std::pow(static_cast<double>(theta), -2.0 * j / static_cast<double>(head_dim));
-    return 0x1p-24 * (8.0 * pos * inv + 2.0);
+    return angle_error(pos, pair_inv_freq(j, head_dim, theta));
 }
 
 namespace {
@@ -125,6 +134,10 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
         for (uint32_t j = 0; j <= before + i; ++j) e.visible[i] += vis.sees(before + i, j) ? 1u : 0u;
 
     std::vector<double> qa(d), qpair(d), qangle(d), s(T), w(T), Tqk(T), Trope(T), Tangle(T);
+    // each rotated dim's pair frequency, once: the bound's inner loops ask for it per key
+    std::vector<double> inv_freq(d, 0.0);
+    for (uint32_t y = 0; y < d; ++y)
+        if (rope && cfg.in_rope(y)) inv_freq[y] = pair_inv_freq(head_pair(cfg, y), dr, cfg.rope_theta);
     for (uint32_t h = 0; h < Hq; ++h) {
         const uint32_t g = map == HeadMap::Repeat ? h / cfg.group() : h % Hkv;
         // the KV head's history: [T x d] in long double (exact widening of the attended values)
@@ -152,7 +165,7 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
                 qa[y] = std::fabs(static_cast<double>(Q(i, y)));
                 const bool rotated = rope && cfg.in_rope(y);
                 qpair[y] = rotated ? std::fabs(qi[y]) + std::fabs(qi[head_partner(cfg, y)]) : 0.0;
-                qangle[y] = rotated ? qpair[y] * rope_angle_error(pos, head_pair(cfg, y), dr, cfg.rope_theta) : 0.0;
+                qangle[y] = rotated ? qpair[y] * angle_error(pos, inv_freq[y]) : 0.0;
             }
             double smax = -INFINITY, sabs = 0;
             for (uint32_t j = 0; j < n; ++j) {
@@ -166,7 +179,7 @@ Expected expect_outputs(const CaseConfig& cfg, const float* q, uint32_t n_new, c
                     tr += qpair[y] * std::fabs(kj);
                     ta += qangle[y] * std::fabs(kj);
                     if (oracle_key && cfg.in_rope(y)) // rotated in f32 by the implementation: |k_a|+|k_b| <= sqrt2 (...)
-                        ta += qa[y] * rope_angle_error(j, head_pair(cfg, y), dr, cfg.rope_theta) * 1.4142136 *
+                        ta += qa[y] * angle_error(j, inv_freq[y]) * 1.4142136 *
                               (std::fabs(kj) + std::fabs(k[j * ld + g * d + head_partner(cfg, y)]));
                 }
                 s[j] = static_cast<double>(scale) * dot;

@@ -17,10 +17,14 @@
 #define SHARE_COUNTS_TWICE 2  // reports a shared block once per sequence holding it: FORK, MEMORY
 #define SHARE_COPIES 3        // declares KVC_FEATURE_FORK_SHARES but copies every block on fork: FORK, MEMORY
 #define SHARE_COPIES_HONEST 4 // copies every block on fork and declares no sharing: passes everything
+#define SHARE_PAGES_128 5     // the correct cache with fixed 128-token pages (TensorRT-LLM's), longer than
+                              // many sequences a case lets grow: passes everything
+#define SHARE_PAGES_HUGE 6    // the correct cache with 1024-token pages, past both max_tokens and the 256 tokens a
+                              // fixed page may hold: capacity reports could run far past the rows held: MEMORY
 
 namespace {
 
-constexpr uint32_t kBlock = 4;
+constexpr uint32_t kBlock = KVC_SHARE_DOUBLE == SHARE_PAGES_128 ? 128 : KVC_SHARE_DOUBLE == SHARE_PAGES_HUGE ? 1024 : 4;
 constexpr bool kCopiesAll = KVC_SHARE_DOUBLE == SHARE_COPIES || KVC_SHARE_DOUBLE == SHARE_COPIES_HONEST;
 
 struct Cache {

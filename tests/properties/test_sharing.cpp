@@ -86,6 +86,29 @@ TEST(SharingDoubles, CorrectCachesPass) {
     }
 }
 
+// A fixed page longer than a sequence a case lets grow is honest (TensorRT-LLM's 128-token pages): the paged double
+// with 128-token pages passes MEMORY and the properties that fork and release, held to whole pages.
+TEST(SharingDoubles, FixedPagesLongerThanASequencePass) {
+    const auto t = load_implementation("double-share_pages_128");
+    for (const char* id : {"MEMORY", "FORK", "RELEASE", "NO-Q"}) {
+        int passed = 0;
+        const auto r = first_failure(t, id, kDefaultCases, &passed);
+        EXPECT_FALSE(r.has_value()) << id << ": " << (r ? r->reason : "");
+        EXPECT_GT(passed, 0) << id;
+        std::cout << "share_pages_128 " << id << ": " << passed << " of " << kDefaultCases << " cases PASS\n";
+    }
+}
+
+// Pages of 1024 tokens, past max_tokens and past the 256 a fixed page may hold, would let capacity run far past the
+// rows held: MEMORY fails naming the block size.
+TEST(SharingDoubles, HugePagesFailMemory) {
+    const auto t = load_implementation("double-share_pages_huge");
+    const auto r = first_failure(t, "MEMORY", kDefaultCases);
+    ASSERT_TRUE(r.has_value()) << "1024-token pages passed MEMORY";
+    EXPECT_EQ(r->verdict, Verdict::Fail);
+    contains(r->reason, "reported block size 1024 is outside 1 ..");
+}
+
 // A release that frees blocks a fork sibling still holds: the restart reuses them and the survivor's rows change.
 TEST(SharingDoubles, FreeingSharedBlocksFailsForkAndReleaseNamingTheBlock) {
     const auto t = load_implementation("double-share_frees_shared");

@@ -18,7 +18,8 @@ const std::vector<Builtin>& compiled_builtins() {
          kvc_cpu_engine_sealed_entry},
 #ifdef KVCHECK_HAVE_CUDA_ENGINE
         // listed whenever compiled; skipped with the CUDA error where no device is usable
-        {"cuda", "optimized/cuda: paged CUDA engine, device memory, f32/f16/bf16, GQA, RoPE, fork, batching",
+        {"cuda", "optimized/cuda: paged CUDA engine, device memory, f32/f16/bf16, fp8/int8/q8_0, GQA, RoPE, fork, "
+                 "batching, windows and eviction",
          kvc_cuda_engine_entry, kvc_cuda_engine_unavailable},
 #endif
     };

@@ -4,7 +4,8 @@
 # the NVIDIA driver; python3 (with torch, for the PyTorch comparison) is used when present.
 #
 # In order, each step with its own time cap so that the whole run stays under 8 minutes (KVCHECK_GPU_BUDGET_S):
-#   1. every CUDA test program (GoogleTest XML), the CPU-vs-CUDA output comparison among them
+#   1. every CUDA test program (GoogleTest XML), the CPU-vs-CUDA output comparison among them (windowed, evicting
+#      and MLA-shaped caches too: test_cuda_window_engine.cpp, part of test_cuda_engine)
 #   2. kvcheck_bench_cuda (the benchmark goals, docs/gpu.md)
 #   3. tools/gpu/sdpa_bench.py: the same decode with PyTorch's scaled_dot_product_attention, when torch imports
 #   4. tools/gpu/sdpa_vectors.py: PyTorch SDPA over a cache held in torch tensors, graded by kvcheck (f16, bf16)
@@ -12,7 +13,9 @@
 #      (the device-memory watch reads the whole device's free memory, so nothing else may run beside them), then
 #      the other properties in parallel shards; JSON and JUnit reports per shard. Last, because its time is the
 #      least predictable (each case is a process of its own and pays for a CUDA context: about 0.2-0.34 s on an
-#      H200 (docs/gpu.md), so 200 cases of every property need about 450 s): a cap cuts it, nothing else
+#      H200 (docs/gpu.md), so 200 cases of every property need about 450 s): a cap cuts it, nothing else. The
+#      harness draws windowed (windows, sinks, eviction) and latent (head_dim_v, RoPE range, MLA) cases because
+#      the engine's caps declare them (docs/windowed-caches.md, "Generated cases"); nothing here asks for them
 #   then a summary table, LAST.
 # Every output is written under the results folder (KVCHECK_GPU_RESULTS, default ./results next to this file);
 # when $OUT is set (the GPU machine's return folder) the summary, the benchmark JSON and a tarball of everything

@@ -206,8 +206,8 @@ void maybe_killed_at(int& step) {
     ++step;
 }
 
-// Writes a complete temporary and flushes it to disk; "" or the error.
-std::string write_temp(const std::string& tmp, const std::string& content) {
+// Writes a complete temporary and (Flush::Now) flushes it to disk; "" or the error.
+std::string write_temp(const std::string& tmp, const std::string& content, Flush flush) {
     ::unlink(tmp.c_str()); // a leftover of a killed run of ours; O_EXCL refuses anything that appears meanwhile
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0) return sys_error("cannot create " + tmp);
@@ -219,7 +219,7 @@ std::string write_temp(const std::string& tmp, const std::string& content) {
         if (n <= 0) err = sys_error("cannot write " + tmp);
         else done += static_cast<std::size_t>(n);
     }
-    if (err.empty() && ::fsync(fd) != 0) err = sys_error("cannot flush " + tmp);
+    if (err.empty() && flush == Flush::Now && ::fsync(fd) != 0) err = sys_error("cannot flush " + tmp);
     if (::close(fd) != 0 && err.empty()) err = sys_error("cannot write " + tmp);
     if (!err.empty()) ::unlink(tmp.c_str());
     return err;
@@ -246,7 +246,10 @@ std::string not_replaceable(const std::string& path) {
 
 } // namespace
 
-bool write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files, std::string& error) {
+namespace {
+
+bool write_all_atomically(const std::vector<std::pair<std::string, std::string>>& files, std::string& error,
+                          Flush flush) {
     int step = 0;
     std::vector<std::string> temps;
     const auto discard = [&] {
@@ -261,7 +264,7 @@ bool write_files_atomically(const std::vector<std::pair<std::string, std::string
     for (const auto& [path, content] : files) {
         maybe_killed_at(step);
         const std::string tmp = temp_for(path);
-        if (std::string err = write_temp(tmp, content); !err.empty()) {
+        if (std::string err = write_temp(tmp, content, flush); !err.empty()) {
             error = err;
             discard();
             return false;
@@ -288,12 +291,31 @@ bool write_files_atomically(const std::vector<std::pair<std::string, std::string
         temps[i].clear(); // renamed: nothing to discard
     }
     maybe_killed_at(step);
-    for (const auto& f : files) fsync_dir(dir_of(f.first));
+    if (flush == Flush::Now)
+        for (const auto& f : files) fsync_dir(dir_of(f.first));
     return true;
 }
 
-bool write_file_atomically(const std::string& path, const std::string& content, std::string& error) {
-    return write_files_atomically({{path, content}}, error);
+} // namespace
+
+bool write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files, std::string& error) {
+    return write_all_atomically(files, error, Flush::Now);
+}
+
+bool write_file_atomically(const std::string& path, const std::string& content, std::string& error, Flush flush) {
+    return write_all_atomically({{path, content}}, error, flush);
+}
+
+bool flush_filesystem(const std::string& dir, std::string& error) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        error = sys_error("cannot open " + dir);
+        return false;
+    }
+    const bool ok = ::syncfs(fd) == 0;
+    if (!ok) error = sys_error("cannot flush the files written to " + dir);
+    ::close(fd);
+    return ok;
 }
 
 bool can_create_file(const std::string& path, std::string& error) {

@@ -235,14 +235,15 @@ std::vector<uint8_t> serialize(const File& f) {
     return out;
 }
 
-void write_bytes_atomically(const std::string& path, const std::string& bytes) {
+void write_bytes_atomically(const std::string& path, const std::string& bytes, bool flushed) {
     std::string error;
-    if (!harness::write_file_atomically(path, bytes, error)) throw std::runtime_error(error);
+    if (!harness::write_file_atomically(path, bytes, error, flushed ? harness::Flush::Now : harness::Flush::Later))
+        throw std::runtime_error(error);
 }
 
-void write_file(const std::string& path, const File& f) {
+void write_file(const std::string& path, const File& f, bool flushed) {
     const std::vector<uint8_t> b = serialize(f);
-    write_bytes_atomically(path, std::string(b.begin(), b.end()));
+    write_bytes_atomically(path, std::string(b.begin(), b.end()), flushed);
 }
 
 std::vector<float> to_f32(const Tensor& t) {

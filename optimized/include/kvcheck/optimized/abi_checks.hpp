@@ -85,7 +85,7 @@ inline bool any_window(const kvc_config& c) {
 }
 
 // create() (ABI 1.2): the windowed and latent fields (check_config has made sure the struct holds them). windows:
-// the engine implements sliding windows, sinks and eviction (the CPU engine; the CUDA engine refuses them).
+// the engine implements sliding windows, sinks and eviction (both engines do).
 // n_sinks without any window is accepted and has no effect: every key is visible anyway.
 inline Refusal check_window_config(const kvc_config& c, bool windows) {
     if (c.evict > 1) return refuse(KVC_ERR_INVALID_ARGUMENT, "evict must be 0 or 1 (got %u)", c.evict);
@@ -97,8 +97,8 @@ inline Refusal check_window_config(const kvc_config& c, bool windows) {
     return {};
 }
 
-// create() (ABI 1.2): head_dim_v and the RoPE range. latent: the engine implements both (the CPU engine; the CUDA
-// engine refuses them); max_head_dim_v: its limit on head_dim_v.
+// create() (ABI 1.2): head_dim_v and the RoPE range. latent: the engine implements both (both engines do);
+// max_head_dim_v: its limit on head_dim_v.
 inline Refusal check_latent_config(const kvc_config& c, bool latent, uint32_t max_head_dim_v) {
     if (c.head_dim_v != 0 && c.head_dim_v != c.head_dim && !latent)
         return refuse(KVC_ERR_UNSUPPORTED, "head_dim_v %u differs from head_dim %u: not supported", c.head_dim_v,

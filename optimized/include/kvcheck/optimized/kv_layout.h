@@ -77,6 +77,23 @@ KVC_HOST_DEVICE KVC_LAYOUT_INLINE kvc_kv_layout kvc_kv_layout_make(uint32_t bloc
     return kvc_kv_layout_make_scaled(block_size, n_kv_heads, head_dim, elem_bytes, 0);
 }
 
+/* The geometry of the V rows of a block whose V rows have head_dim_v dims (ABI 1.2, multi-head latent attention) and
+   whose K rows are k's: rows, heads and the plane are head_dim_v wide, but plane_bytes stays K's, so that
+   kvc_kv_address(&v, ..., KVC_PLANE_V, ...) finds the V plane right after the K plane. Such a block is
+   kvc_kv_block_bytes_kv(k, v) bytes. When head_dim_v == k->head_dim this is *k itself. */
+KVC_HOST_DEVICE KVC_LAYOUT_INLINE kvc_kv_layout kvc_kv_layout_make_v(const kvc_kv_layout* k, uint32_t head_dim_v,
+                                                                   uint32_t scale_bytes_v) {
+    kvc_kv_layout v = kvc_kv_layout_make_scaled(k->block_size, k->n_kv_heads, head_dim_v, k->elem_bytes, scale_bytes_v);
+    v.block_base = k->block_base;
+    v.plane_bytes = k->plane_bytes;
+    return v;
+}
+
+/* Bytes of K and V storage in one block whose K rows are k's and V rows v's (kvc_kv_layout_make_v). */
+KVC_HOST_DEVICE KVC_LAYOUT_INLINE uint64_t kvc_kv_block_bytes_kv(const kvc_kv_layout* k, const kvc_kv_layout* v) {
+    return k->plane_bytes + (uint64_t)k->n_kv_heads * v->head_bytes;
+}
+
 /* Bytes of K and V storage in one block (both planes), padding excluded. */
 KVC_HOST_DEVICE KVC_LAYOUT_INLINE uint64_t kvc_kv_block_bytes(const kvc_kv_layout* l) { return 2u * l->plane_bytes; }
 

@@ -31,7 +31,18 @@ std::string junit_from_report(const nlohmann::json& report);
 // and is not a regular file (symbolic link, FIFO, device, directory) is refused. On failure returns false with a
 // message in `error` and leaves no temporary behind; a temporary left by a killed run is removed by the next write
 // of the same destination.
-bool write_file_atomically(const std::string& path, const std::string& content, std::string& error);
+//
+// Flush::Later skips the two fsyncs (the temporary's and the directory's): for a set of many files behind one commit
+// mark, whose writer calls flush_filesystem() once before it writes the mark (kvcheck export: hundreds of vector
+// files, then the manifest). A kill still leaves each file whole or untouched; only durability across a power loss
+// waits for that one flush.
+enum class Flush { Now, Later };
+bool write_file_atomically(const std::string& path, const std::string& content, std::string& error,
+                           Flush flush = Flush::Now);
+
+// Flushes the filesystem that holds `dir` to disk (syncfs): what Flush::Later left in memory. False with `error`
+// when it fails.
+bool flush_filesystem(const std::string& dir, std::string& error);
 
 // Several files (a report and its JUnit form): all temporaries are written and flushed first, so a failure while
 // writing leaves every destination untouched. Then the first file is the commit mark: it is removed, the others are

@@ -59,8 +59,10 @@ File read_file(const std::string& path);
 // aligned. Tensors are laid out in the order of File::tensors. Same File, same bytes.
 std::vector<uint8_t> serialize(const File& f);
 // Writes a file whole or not at all (a temporary next to it, then rename). Throws std::runtime_error naming path.
-void write_file(const std::string& path, const File& f);
-void write_bytes_atomically(const std::string& path, const std::string& bytes); // the same for any content
+// flushed = false: not flushed to disk yet, for one of many files behind a commit mark whose writer flushes the
+// filesystem once before writing the mark (harness::Flush::Later, harness::flush_filesystem).
+void write_file(const std::string& path, const File& f, bool flushed = true);
+void write_bytes_atomically(const std::string& path, const std::string& bytes, bool flushed = true); // any content
 
 // Typed views. The caller checks dtype first; these copy element by element (little-endian host assumed, as the
 // ABI does).
