@@ -243,30 +243,37 @@ TEST_F(ModelCli, AFailureIsShrunkAndItsReplayFileRunsTheShrunkCase) {
 
 // Shrinking runs the engine on smaller models; one that crashes there (crash_small: the layer-cache bug, and abort()
 // below d_model 8) must not cost the failure already found: the FAIL is kept unshrunk, with a note saying why, and
-// its replay file holds the case as drawn.
+// its replay file holds the case as drawn. Loaded in the case process (--isolation fork) the process that dies is the
+// case process; served (the default) it is serve-plugin's, and the note names the request it died in.
 TEST_F(ModelCli, AFailureWhoseShrinkingCrashesIsKeptUnshrunk) {
-    const Outcome r = kvcheck("validate " + model_double("crash_small") + " --filter '^MODEL-LOGITS/' --cases 8 "
-                              "--shrink-first all --report r.json");
-    EXPECT_EQ(r.rc, 1) << r.all();
-    int kept = 0;
-    const nlohmann::json j = report();
-    for (const auto& c : j["implementations"][0]["cases"]) {
-        if (c["verdict"] != "FAIL") continue;
-        ASSERT_EQ(c["notes"].size(), 1u) << c.dump();
-        EXPECT_EQ(c["notes"][0].get<std::string>().rfind("not shrunk: while shrinking, the case process died of SIGABRT",
-                                                          0),
-                  0u)
-            << c.dump();
-        EXPECT_EQ(c["shrink_steps"], 0);
-        ASSERT_TRUE(c.contains("model_case")) << c.dump();
-        EXPECT_GE(c["model_case"]["desc"]["dim"].get<int>(), 8); // the case as drawn
-        const Outcome again = kvcheck("replay " + quote(c["replay_file"].get<std::string>()) + " " +
-                                      model_double("crash_small"));
-        EXPECT_EQ(again.rc, 1) << again.all();
-        EXPECT_NE(again.out.find("verdict: FAIL"), std::string::npos) << again.out;
-        ++kept;
+    for (const bool served : {false, true}) {
+        const Outcome r = kvcheck("validate " + model_double("crash_small") + " --filter '^MODEL-LOGITS/' --cases 8 "
+                                  "--shrink-first all --report r.json" + (served ? "" : " --isolation fork"));
+        EXPECT_EQ(r.rc, 1) << r.all();
+        int kept = 0;
+        const nlohmann::json j = report();
+        for (const auto& c : j["implementations"][0]["cases"]) {
+            if (c["verdict"] != "FAIL") continue;
+            ASSERT_EQ(c["notes"].size(), 1u) << c.dump();
+            const std::string note = c["notes"][0].get<std::string>();
+            if (served) {
+                EXPECT_EQ(note.rfind("not shrunk: while shrinking, the reply to model forward", 0), 0u) << c.dump();
+                EXPECT_NE(note.find("the serve-plugin process died of SIGABRT"), std::string::npos) << c.dump();
+            } else {
+                EXPECT_EQ(note.rfind("not shrunk: while shrinking, the case process died of SIGABRT", 0), 0u)
+                    << c.dump();
+            }
+            EXPECT_EQ(c["shrink_steps"], 0);
+            ASSERT_TRUE(c.contains("model_case")) << c.dump();
+            EXPECT_GE(c["model_case"]["desc"]["dim"].get<int>(), 8); // the case as drawn
+            const Outcome again = kvcheck("replay " + quote(c["replay_file"].get<std::string>()) + " " +
+                                          model_double("crash_small"));
+            EXPECT_EQ(again.rc, 1) << again.all();
+            EXPECT_NE(again.out.find("verdict: FAIL"), std::string::npos) << again.out;
+            ++kept;
+        }
+        EXPECT_GT(kept, 0) << r.out;
     }
-    EXPECT_GT(kept, 0) << r.out;
 }
 
 // A correct engine is never shrunk: nothing fails, and the report says so case by case.

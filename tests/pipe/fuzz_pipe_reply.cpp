@@ -1,9 +1,11 @@
 // Fuzz target of the parent's frame reader (docs/protocol.md, "What a broken client gets"): the input is what a client
 // writes to its stdout, as chunks (u16 little-endian length, then the bytes; a last short chunk is taken as it is),
-// one chunk written after each request the proxy sends while it connects and then calls every operation once.
+// one chunk written after each request the proxy sends while it connects and then calls every operation once, of
+// whichever tables the replies say the client serves (the model level's from protocol 1.5).
 // Whatever the bytes, the proxy must return a status (with words when the connection broke), write no byte outside
 // the buffers it is given (AddressSanitizer), and never block (the pipe ends after the last chunk).
 #include "kvcheck/abi.hpp"
+#include "kvcheck/model_abi.h"
 #include "kvcheck/pipe/proxy.hpp"
 
 #include <fcntl.h>
@@ -75,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const kvc_plugin_api* api = kvc::pipe::proxy_entry(KVC_ABI_VERSION_MAJOR, KVC_ABI_VERSION_MINOR);
     kvc_config cfg = kvc::make_config(2, 2, 1, 32, KVC_DTYPE_Q8_0, 4, 64);
     kvc_cache* cache = nullptr;
-    if (api->create(&cfg, &cache) == KVC_OK) {
+    if (api && api->create(&cfg, &cache) == KVC_OK) {
         std::vector<float> q(2 * 2 * 32, 1.0f), kv(2 * 1 * 32, 1.0f), out(q.size());
         api->append_attend(cache, 0, 1, 2, q.data(), kv.data(), kv.data(), out.data());
         std::vector<unsigned char> k(2 * 32), v(2 * 32), ks(2 * 2), vs(2 * 2);
@@ -100,6 +102,44 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         api->release(cache, 1);
         if (std::strlen(api->last_error(cache)) > 8192) std::abort(); // messages are bounded
         api->destroy(cache);
+    }
+    if (const kvcm_model_api* m = kvc::pipe::model_proxy_entry(KVCM_ABI_VERSION_MAJOR, KVCM_ABI_VERSION_MINOR)) {
+        kvcm_caps caps{};
+        caps.struct_size = sizeof caps;
+        m->get_caps(&caps);
+        kvcm_model_desc d{};
+        d.struct_size = sizeof d;
+        d.dim = 8;
+        d.hidden_dim = 16;
+        d.n_layers = 1;
+        d.n_heads = 2;
+        d.n_kv_heads = 1;
+        d.head_dim = 4;
+        d.vocab_size = 5;
+        d.max_context = 8;
+        d.max_seqs = 2;
+        const std::vector<unsigned char> bytes(64, 1);
+        kvcm_weights w{};
+        w.struct_size = sizeof w;
+        w.data = bytes.data();
+        w.size = bytes.size();
+        kvcm_model* model = nullptr;
+        if (m->create(&d, &w, &model) == KVC_OK) {
+            const int32_t tokens[2] = {1, 2};
+            std::vector<float> logits(2 * 5), k(2 * 4), v(2 * 4);
+            m->forward(model, 0, 2, tokens, logits.data());
+            m->read_kv(model, 0, 0, 0, 2, k.data(), v.data());
+            kvcm_memory mem{};
+            mem.struct_size = sizeof mem;
+            m->memory(model, &mem);
+            uint64_t projected = 0;
+            m->kv_projections(model, &projected);
+            m->fork(model, 0, 1);
+            m->release(model, 1);
+            if (std::strlen(m->last_error(model)) > 8192) std::abort();
+            m->destroy(model);
+        }
+        if (std::strlen(m->last_error(nullptr)) > 8192) std::abort();
     }
     if (const auto b = kvc::pipe::breakdown(); b && b->text.empty()) std::abort(); // a breakdown always has words
     kvc::pipe::reset();

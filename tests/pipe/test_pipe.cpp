@@ -250,9 +250,9 @@ TEST(ServerIsolationParity, ForgedNotesChangeNoVerdict) {
     }
 }
 
-// --isolation auto serves what the server can judge, and only that: a plugin with the operation-level table only,
-// host or device; a library with a model-level table, and a built-in, run in a forked case process as before.
-TEST(ServerIsolationParity, AutoServesHostOperationLevelPlugins) {
+// --isolation auto serves what the server can judge: a plugin with either table or both, host or device; a built-in
+// (kvcheck's own code) runs in a forked case process.
+TEST(ServerIsolationParity, AutoServesPlugins) {
     const fs::path dir = fresh_test_dir(kWork, "server_auto_");
     const auto isolation_of = [&](const std::string& what, const std::string& property = "EQUIV") {
         const Outcome o = run_kvcheck(dir, "validate " + what + " --cases 1 --filter " + property + " --report r.json");
@@ -264,7 +264,9 @@ TEST(ServerIsolationParity, AutoServesHostOperationLevelPlugins) {
     EXPECT_EQ(isolation_of("--plugin " + quote(kLib + "/libkvcheck_double_correct.so")), "server");
     EXPECT_EQ(isolation_of("--plugin " + quote(kLib + "/libkvcheck_double_fake_device_honest.so")), "server");
     EXPECT_EQ(isolation_of("--plugin " + quote(kLib + "/libkvcheck_model_double_layer_cache.so"), "MODEL-LOGITS"),
-              "fork");
+              "server");
+    EXPECT_EQ(isolation_of("--plugin " + quote(kLib + "/libkvcheck_model_engine_plugin.so"), "MODEL-LOGITS"),
+              "server");
     EXPECT_EQ(isolation_of("--builtin example"), "fork");
 }
 
@@ -301,11 +303,6 @@ TEST(ServerIsolationParity, RefusesWhatItCannotJudge) {
     const Outcome builtin = run_kvcheck(dir, "validate --builtin example --isolation server --cases 1");
     EXPECT_EQ(builtin.rc, 2) << builtin.all();
     EXPECT_NE(builtin.err.find("--isolation server serves a plugin"), std::string::npos) << builtin.all();
-    const Outcome model = run_kvcheck(
-        dir, "validate --plugin " + quote(kLib + "/libkvcheck_model_double_layer_cache.so") +
-                 " --isolation server --cases 1");
-    EXPECT_EQ(model.rc, 2) << model.all();
-    EXPECT_NE(model.err.find("operation level only"), std::string::npos) << model.all();
 }
 
 // A failure found behind the server replays behind the server: the rerun and replay lines carry --isolation server,
@@ -327,4 +324,129 @@ TEST(ServerIsolationParity, ReplayReproducesAFailureBehindTheServer) {
         replayed = true;
     }
     EXPECT_TRUE(replayed);
+}
+
+// The model level behind the server (protocol 1.5): the model forgers (tests/doubles/model_forger.c) forge their PASS
+// when loaded in the grading process (--isolation fork, exit 0: they really forge), and by default, or with
+// --isolation server, their NaN logits are judged where they cannot reach, or their garbage breaks the connection,
+// with words that name the request. A library that exports both tables is served whole.
+struct ModelForger {
+    const char* lib;
+    const char* column; // the verdict every MODEL-LOGITS case must get when served
+    const char* words;  // in its reason
+};
+
+void PrintTo(const ModelForger& f, std::ostream* os) { *os << f.lib; }
+
+class ModelServerIsolation : public ::testing::TestWithParam<ModelForger> {};
+
+TEST_P(ModelServerIsolation, AModelForgerEndsNotConformant) {
+    const ModelForger f = GetParam();
+    for (const std::string isolation : {"", " --isolation server", " --isolation fork"}) {
+        const fs::path dir = fresh_test_dir(kWork, "model_forger_");
+        const Outcome o = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + f.lib) + isolation +
+                                               " --cases 2 --filter MODEL-LOGITS --timeout 3 --report r.json");
+        const bool forked = isolation == " --isolation fork";
+        ASSERT_EQ(o.rc, forked ? 0 : 1) << isolation << "\n" << o.all();
+        EXPECT_NE(o.out.find(forked ? "isolation: fork" : "isolation: server"), std::string::npos) << o.out;
+        const nlohmann::json j = nlohmann::json::parse(read_file(dir / "r.json"));
+        const auto& cases = j.at("implementations").at(0).at("cases");
+        ASSERT_EQ(cases.size(), 2u) << o.all();
+        for (const auto& c : cases) {
+            EXPECT_EQ(c.at("verdict"), forked ? "PASS" : f.column) << isolation << o.all();
+            if (!forked) {
+                EXPECT_NE(c.at("reason").get<std::string>().find(f.words), std::string::npos) << c.dump();
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forgers, ModelServerIsolation,
+    ::testing::Values(ModelForger{"libkvcheck_double_model_relay_forger.so", "TIMEOUT", "reply to model forward"},
+                      ModelForger{"libkvcheck_double_model_line_forger.so", "ERROR", "bad reply frame to model"},
+                      ModelForger{"libkvcheck_double_both_line_forger.so", "ERROR", "bad reply frame to model"}),
+    [](const auto& info) { return std::string(info.param.lib).substr(18, 10); });
+
+// Both tables of one library behind one server: the operation level's cases pass (the example cache), the model
+// level's forged ones do not, and the report lists both levels.
+TEST(ModelServerIsolationParity, BothTablesAreServed) {
+    const fs::path dir = fresh_test_dir(kWork, "model_both_");
+    const Outcome o = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/libkvcheck_double_both_line_forger.so") +
+                                           " --cases 1 --timeout 5 --report r.json");
+    ASSERT_EQ(o.rc, 1) << o.all();
+    const nlohmann::json j = nlohmann::json::parse(read_file(dir / "r.json"));
+    const auto& impl = j.at("implementations").at(0);
+    EXPECT_EQ(impl.at("isolation"), "server");
+    EXPECT_EQ(impl.at("levels"), nlohmann::json::array({"operation", "model"})) << impl.dump();
+    for (const auto& c : impl.at("cases")) {
+        const std::string id = c.at("id");
+        if (id.rfind("MODEL-", 0) == 0) {
+            EXPECT_NE(c.at("verdict"), "PASS") << c.dump();
+        } else {
+            EXPECT_TRUE(c.at("verdict") == "PASS" || c.at("verdict") == "NOT_SUPPORTED") << c.dump();
+        }
+    }
+}
+
+// Every model-level case gets the same verdict and headroom served (the default) as loaded in the grading process
+// (--isolation fork): correct engines, broken arithmetic, a crash, and writes outside the lent logits (before, one
+// float past, rows into the protected pages), which serve-plugin's guards catch in its own copies.
+class ModelParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelParity, SameVerdictsServedAndForked) {
+    const fs::path dir = fresh_test_dir(kWork, "model_parity_");
+    const std::string lib = GetParam();
+    const std::string common = " --level model --cases 3 --timeout 20";
+    const Outcome a = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) + common +
+                                           " --isolation fork --report fork.json --counterexamples ce-fork");
+    const Outcome b = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + lib) + common +
+                                           " --report served.json --counterexamples ce-served");
+    ASSERT_TRUE(a.rc == 0 || a.rc == 1) << a.all();
+    EXPECT_EQ(a.rc, b.rc) << b.all();
+    EXPECT_NE(b.out.find("isolation: server"), std::string::npos) << b.out;
+    const auto served = verdicts_by_case(dir / "served.json");
+    EXPECT_FALSE(served.empty());
+    EXPECT_EQ(verdicts_by_case(dir / "fork.json"), served) << b.all();
+}
+
+INSTANTIATE_TEST_SUITE_P(Doubles, ModelParity,
+                         ::testing::Values("libkvcheck_model_example_plugin.so", "libkvcheck_model_engine_plugin.so",
+                                           "libkvcheck_model_double_layer_cache.so",
+                                           "libkvcheck_model_double_rope_reset.so",
+                                           "libkvcheck_model_double_wrong_eps.so",
+                                           "libkvcheck_model_double_crash_forward.so",
+                                           "libkvcheck_model_double_scribble_logits_before.so",
+                                           "libkvcheck_model_double_scribble_logits_past_one.so",
+                                           "libkvcheck_model_double_scribble_logits_rows_past.so"),
+                         [](const auto& info) {
+                             std::string n = info.param.substr(3, info.param.size() - 6);
+                             for (char& c : n)
+                                 if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                             return n;
+                         });
+
+// A model-level write outside a lent buffer, served: serve-plugin's guards find it in the copy it lent and the verdict
+// names the buffer, as the grading process's own guards would (one float past `logits_out`: a FAIL; rows past it into
+// the protected pages: a CRASH whose reason names it).
+TEST(ModelServerIsolationParity, AWriteOutsideLogitsIsNamed) {
+    const fs::path dir = fresh_test_dir(kWork, "model_lent_");
+    const struct {
+        const char* lib;
+        const char* verdict;
+        const char* words;
+    } expected[] = {
+        {"libkvcheck_model_double_scribble_logits_past_one.so", "FAIL", "past `logits_out` in forward"},
+        {"libkvcheck_model_double_scribble_logits_rows_past.so", "CRASH", "`logits_out`"},
+    };
+    for (const auto& e : expected) {
+        const Outcome o = run_kvcheck(dir, "validate --plugin " + quote(kLib + "/" + e.lib) +
+                                               " --cases 1 --filter MODEL-LOGITS --timeout 20 --report r.json");
+        ASSERT_EQ(o.rc, 1) << e.lib << "\n" << o.all();
+        EXPECT_NE(o.out.find("isolation: server"), std::string::npos) << o.out;
+        const nlohmann::json j = nlohmann::json::parse(read_file(dir / "r.json"));
+        const auto& c = j.at("implementations").at(0).at("cases").at(0);
+        EXPECT_EQ(c.at("verdict"), e.verdict) << c.dump();
+        EXPECT_NE(c.at("reason").get<std::string>().find(e.words), std::string::npos) << c.dump();
+    }
 }

@@ -2,7 +2,9 @@
 // lends a plugin guarded copies and says in the reply what the call did outside them. Spoken here by hand, as a peer
 // of either minor would: at 1.4 the reply carries the block (flag bit 0) and still its body; below 1.4 the call fails
 // with the guards' words instead; a plugin that stays inside what it is lent gets flags 0 at 1.4.
+// The model table (protocol 1.5) is spoken the same way.
 #include "kvcheck/abi.hpp"
+#include "kvcheck/model_abi.h"
 #include "kvcheck/pipe/protocol.hpp"
 #include "kvcheck/pipe/server.hpp"
 
@@ -44,17 +46,24 @@ struct Reply {
     std::vector<unsigned char> rest; // after the 16-byte prefix
 };
 
-// One plugin served on a thread, and the requests a peer of `minor` sends it.
+// One plugin served on a thread, and the requests a peer of `minor` sends it. `model`: its model-level table only.
 class Served {
 public:
-    Served(const std::string& lib, uint32_t minor) {
+    Served(const std::string& lib, uint32_t minor, bool model = false) {
         handle_ = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
         EXPECT_NE(handle_, nullptr) << dlerror();
         if (!handle_) return;
-        auto entry = reinterpret_cast<kvc_entry_fn>(dlsym(handle_, KVC_ENTRY_SYMBOL));
-        api_ = entry(KVC_ABI_VERSION_MAJOR, KVC_ABI_VERSION_MINOR);
-        caps_.struct_size = sizeof caps_;
-        api_->get_caps(&caps_);
+        if (model) {
+            auto entry = reinterpret_cast<kvcm_entry_fn>(dlsym(handle_, KVCM_ENTRY_SYMBOL));
+            options_.model = entry(KVCM_ABI_VERSION_MAJOR, KVCM_ABI_VERSION_MINOR);
+            options_.model_caps.struct_size = sizeof options_.model_caps;
+            options_.model->get_caps(&options_.model_caps);
+        } else {
+            auto entry = reinterpret_cast<kvc_entry_fn>(dlsym(handle_, KVC_ENTRY_SYMBOL));
+            api_ = entry(KVC_ABI_VERSION_MAJOR, KVC_ABI_VERSION_MINOR);
+            caps_.struct_size = sizeof caps_;
+            api_->get_caps(&caps_);
+        }
         int a[2], b[2];
         EXPECT_EQ(::pipe2(a, O_CLOEXEC), 0);
         EXPECT_EQ(::pipe2(b, O_CLOEXEC), 0);
@@ -213,6 +222,50 @@ TEST(ServerLent, APluginInsideItsBuffersGetsNoFlag) {
     EXPECT_EQ(r.status, 0u);
     EXPECT_EQ(r.flags, 0u);
     EXPECT_EQ(r.rest.size(), kOutBytes);
+}
+
+// A plugin with the model table only, served (protocol 1.5): get_caps is UNSUPPORTED, model get_caps names the
+// model table, and model create hands the plugin the weights as the harness lent them, here a file's path, which the
+// engine then names in its refusal; a peer below 1.5 is refused the model opcodes.
+TEST(ServerModel, TheModelTableIsServedFrom15) {
+    {
+        Served s(kLib + "/libkvcheck_model_example_plugin.so", kModelMinor, true);
+        ASSERT_EQ(s.minor(), kModelMinor);
+        EXPECT_EQ(s.request(kGetCaps, nullptr, 0).status, static_cast<uint32_t>(KVC_ERR_UNSUPPORTED));
+        const Reply caps = s.request(kModelGetCaps, nullptr, 0);
+        ASSERT_EQ(caps.status, 0u);
+        ASSERT_EQ(caps.rest.size(), kModelGetCapsReplyBytes);
+        EXPECT_EQ(std::string(reinterpret_cast<const char*>(caps.rest.data() + 8)), "model-example-c");
+        const kvcm_caps c = decode_model_caps(caps.rest.data() + 8 + 2 * kMaxNameBytes);
+        EXPECT_NE(c.features & KVCM_FEATURE_READ_KV, 0u);
+        kvcm_model_desc d{};
+        d.dim = 8;
+        d.hidden_dim = 16;
+        d.n_layers = 1;
+        d.n_heads = 2;
+        d.n_kv_heads = 1;
+        d.head_dim = 4;
+        d.vocab_size = 5;
+        d.max_context = 8;
+        d.max_seqs = 1;
+        d.tied = 1;
+        const std::string path = "/nonexistent/kvcheck-served-weights.bin";
+        std::vector<unsigned char> b(kModelCreateRequestBytes + path.size());
+        encode_model_desc(d, b.data());
+        put_u32(b.data() + kModelDescBytes, KVCM_WEIGHTS_FLAT_F32);
+        put_u32(b.data() + kModelDescBytes + 4, kWeightsFile);
+        put_u64(b.data() + kModelDescBytes + 8, path.size());
+        std::copy(path.begin(), path.end(), b.begin() + kModelCreateRequestBytes);
+        const Reply r = s.request(kModelCreate, b.data(), b.size());
+        EXPECT_NE(r.status, 0u);
+        const std::string rest(r.rest.begin(), r.rest.end());
+        EXPECT_NE(rest.find("checkpoint " + path + ": cannot be opened"), std::string::npos) << rest;
+    }
+    {
+        Served s(kLib + "/libkvcheck_model_example_plugin.so", kModelMinor - 1, true);
+        ASSERT_EQ(s.minor(), kModelMinor - 1);
+        EXPECT_EQ(s.request(kModelGetCaps, nullptr, 0).status, static_cast<uint32_t>(KVC_ERR_INVALID_ARGUMENT));
+    }
 }
 
 } // namespace

@@ -1,17 +1,21 @@
 // kvcheck serve-plugin LIB.so: the pipe protocol's server side (docs/protocol.md) around a plugin, so that any plugin
 // can be judged through `kvcheck validate --connect "kvcheck serve-plugin LIB.so"` as a client written in another
-// language would be. Each reply carries this process's allocator reading, which the proxy mirrors for NO-Q.
+// language would be. It serves the tables the library exports: the operation level's, the model level's (protocol
+// 1.5), or both. Each reply carries this process's allocator reading, which the proxy mirrors for NO-Q.
 #include "commands.hpp"
 
+#include "kvcheck/model/model_target.hpp"
 #include "kvcheck/pipe/server.hpp"
 #include "kvcheck/properties/device_watch.hpp"
 #include "kvcheck/properties/heap.hpp"
 #include "kvcheck/properties/target.hpp"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 
 namespace kvc::cli {
 namespace {
@@ -64,12 +68,31 @@ int serve_plugin(const std::string& path, int notes_fd, const std::string& cudar
     // The reading is exact only with glibc's per-thread cache off, which main() arranges for every kvcheck process.
     if (prop::heap_accounting_exact() && !prop::heap_watch_blind_reason())
         o.reading = [] { return static_cast<uint64_t>(prop::heap_in_use()); };
-    pin_runtime(cudart);
+    pin_runtime(cudart); // before the library's constructors run (the dlopen below)
+    // Which tables the library exports, as the probe asks (harness/src/child.cpp): neither is the operation level's
+    // to name as missing.
+    bool operation = true, model = false;
+    if (void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+        model = ::dlsym(h, KVCM_ENTRY_SYMBOL) != nullptr;
+        operation = !model || ::dlsym(h, KVC_ENTRY_SYMBOL) != nullptr;
+    }
     prop::Target t;
+    std::optional<model::ModelTarget> m;
     try {
-        t = prop::load_plugin(path);
+        if (model) {
+            try {
+                m = model::ModelTarget::from_library(path);
+            } catch (const model::TargetError& e) {
+                throw prop::LoadError(path + ": the model-level table (" KVCM_ENTRY_SYMBOL ") cannot be used: " +
+                                      e.what());
+            }
+            o.model = m->api();
+            o.model_caps = m->caps();
+        }
+        if (operation) t = prop::load_plugin(path);
     } catch (const prop::LoadError& e) {
         o.load_error = e.what();
+        o.model = nullptr;
         return pipe::serve(nullptr, kvc_caps{}, in, out, o) == 0 ? kExitBadInput : kExitBadInput;
     }
     make_device_context(t);

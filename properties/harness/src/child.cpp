@@ -64,6 +64,16 @@ bool pipe_broke(prop::CaseResult& r) {
     return true;
 }
 
+// The note on a failure kept unshrunk because the client broke while shrinking: what the parent says of a case
+// process that dies while shrinking (case_run.cpp), with the request the breakdown names.
+std::string shrink_broke_note(const pipe::Breakdown& b) {
+    std::string note = "not shrunk: while shrinking, " + b.text;
+    if (const std::string fault = pipe::client_notes().guard_fault;
+        b.kind == pipe::Breakdown::Kind::Crash && !fault.empty())
+        note += ": " + printable(fault);
+    return note;
+}
+
 int g_marker_fd = -1;
 
 // operator new's last resort under the memory limit: say so once, then let it throw std::bad_alloc.
@@ -74,17 +84,23 @@ void report_refused_allocation() {
     std::set_new_handler(nullptr);
 }
 
+// --connect: starts the client and completes the handshake (once per process). Throws prop::LoadError, or
+// prop::PluginMisbehaved when the client broke the protocol.
+void connect_in_child(const nlohmann::json& req) {
+    try {
+        pipe::connect(req.at("connect").get<std::string>(), req.at("reply_timeout").get<double>(),
+                      req.value("served", false));
+    } catch (const pipe::ConnectError& e) {
+        if (e.misbehaved()) throw prop::PluginMisbehaved(e.what());
+        throw prop::LoadError(e.what());
+    }
+}
+
 prop::Target load_in_child(const nlohmann::json& req) {
     if (req.contains("plugin")) return prop::load_plugin(req.at("plugin").get<std::string>());
     if (req.contains("connect")) {
-        const std::string command = req.at("connect").get<std::string>();
-        try {
-            pipe::connect(command, req.at("reply_timeout").get<double>(), req.value("served", false));
-        } catch (const pipe::ConnectError& e) {
-            if (e.misbehaved()) throw prop::PluginMisbehaved(e.what());
-            throw prop::LoadError(e.what());
-        }
-        return prop::target_from_entry(pipe::proxy_entry, "connect:" + command);
+        connect_in_child(req);
+        return prop::target_from_entry(pipe::proxy_entry, "connect:" + req.at("connect").get<std::string>());
     }
     const std::string name = req.at("builtin").get<std::string>();
     const Builtin* b = find_builtin(name);
@@ -113,15 +129,37 @@ Exports exports_of(const std::string& path) {
     return e; // the handle stays open: the loaders below dlopen() the same library again
 }
 
+// The model-level table a case process judges: the plugin's, or, through the pipe (a served plugin that exports
+// one), the proxy's. Throws model::TargetError, prop::LoadError.
+model::ModelTarget model_target_in_child(const nlohmann::json& req) {
+    if (req.contains("plugin")) return model::ModelTarget::from_library(req.at("plugin").get<std::string>());
+    connect_in_child(req);
+    return model::ModelTarget::from_entry(pipe::model_proxy_entry);
+}
+
 // The probe: what the parent needs of each exported table, or {"error", "misbehaved"}.
 void probe(const nlohmann::json& req, int fd) {
     Exports ex;
     if (req.contains("plugin")) ex = exports_of(req.at("plugin").get<std::string>());
     else ex.operation = true;
+    if (req.contains("connect")) {
+        // The tables are the ones the client serves (from 1.5 a served plugin's model table too).
+        try {
+            connect_in_child(req);
+        } catch (const prop::LoadError& e) {
+            const bool misbehaved = dynamic_cast<const prop::PluginMisbehaved*>(&e) != nullptr;
+            write_all(fd, "L " + dump_json(nlohmann::json{{"error", e.what()}, {"misbehaved", misbehaved}}) + "\n");
+            return;
+        }
+        ex.model = pipe::model_proxy_entry(KVCM_ABI_VERSION_MAJOR, KVCM_ABI_VERSION_MINOR) != nullptr;
+        ex.operation = pipe::proxy_entry(KVC_ABI_VERSION_MAJOR, KVC_ABI_VERSION_MINOR) != nullptr;
+    }
     nlohmann::json answer = nlohmann::json::object();
     if (ex.model) {
         try {
-            const model::ModelTarget m = model::ModelTarget::from_library(req.at("plugin").get<std::string>());
+            const model::ModelTarget m = req.contains("connect")
+                                             ? model::ModelTarget::from_entry(pipe::model_proxy_entry)
+                                             : model_target_in_child(req);
             const kvcm_model_api* api = m.api();
             answer["model"] = {{"name", m.name()},
                                {"version", api->version},
@@ -129,8 +167,9 @@ void probe(const nlohmann::json& req, int fd) {
                                {"abi_minor", api->abi_minor},
                                {"caps", bytes_hex(&m.caps(), sizeof(kvcm_caps))}};
         } catch (const model::TargetError& e) {
-            answer = {{"error", req.at("plugin").get<std::string>() + ": the model-level table (" KVCM_ENTRY_SYMBOL
-                                    ") cannot be used: " + e.what()},
+            const std::string origin = req.contains("plugin") ? req.at("plugin").get<std::string>()
+                                                              : "connect:" + req.at("connect").get<std::string>();
+            answer = {{"error", origin + ": the model-level table (" KVCM_ENTRY_SYMBOL ") cannot be used: " + e.what()},
                       {"misbehaved", dynamic_cast<const model::TargetMisbehaved*>(&e) != nullptr}};
             write_all(fd, "L " + dump_json(answer) + "\n");
             return;
@@ -138,7 +177,10 @@ void probe(const nlohmann::json& req, int fd) {
     }
     if (ex.operation) {
         try {
-            const prop::Target t = load_in_child(req);
+            const prop::Target t =
+                req.contains("connect")
+                    ? prop::target_from_entry(pipe::proxy_entry, "connect:" + req.at("connect").get<std::string>())
+                    : load_in_child(req);
             const kvc_plugin_api* api = t.api;
             answer["name"] = t.name;
             answer["version"] = api->version ? api->version : "(no version)";
@@ -208,19 +250,29 @@ void model_case(const nlohmann::json& req, int fd) {
         write_all(fd, limit_marker(r) + tag + " " + dump_json(j) + "\n");
     };
     try {
-        const model::ModelTarget t = model::ModelTarget::from_library(req.at("plugin").get<std::string>());
+        const model::ModelTarget t = model_target_in_child(req);
         model::PropertyResult p = req.contains("case")
                                       ? model::run_model_case(t, r.property, model::case_from_json(req.at("case")))
                                       : model::run_model_property(t, r.property, r.seed, 1);
         take(p);
+        // a served plugin that broke the protocol (crashed, hung, wrote what is not a frame) decides the verdict
+        const bool broke = pipe_broke(r);
         const int max_shrink_runs = req.value("max_shrink_runs", 0);
-        if (p.verdict == Verdict::Fail && max_shrink_runs > 0) {
+        if (!broke && p.verdict == Verdict::Fail && max_shrink_runs > 0) {
             answer('P');
+            const prop::CaseResult unshrunk = r;
             take(model::shrink_model_failure(t, r.property, std::move(p), max_shrink_runs));
-        } else if (p.verdict == Verdict::Fail && !req.value("unshrunk_note", std::string()).empty()) {
+            if (const std::optional<pipe::Breakdown> b = pipe::breakdown()) { // the served plugin broke while shrinking
+                r = unshrunk;
+                r.notes.push_back(shrink_broke_note(*b));
+            }
+        } else if (!broke && p.verdict == Verdict::Fail && !req.value("unshrunk_note", std::string()).empty()) {
             r.notes.push_back(req.at("unshrunk_note").get<std::string>());
         }
     } catch (const model::TargetError& e) {
+        r.verdict = Verdict::Error;
+        r.reason = std::string("the implementation could not be loaded again in the case process: ") + e.what();
+    } catch (const prop::LoadError& e) {
         r.verdict = Verdict::Error;
         r.reason = std::string("the implementation could not be loaded again in the case process: ") + e.what();
     } catch (const std::invalid_argument& e) { // the parent sends only cases it has read with the same reader
@@ -312,8 +364,13 @@ void run_request(const nlohmann::json& req, int fd) {
         return;
     }
     send(fd, 'P', first); // survives if shrinking crashes or hangs
+    prop::CaseResult unshrunk = first;
     prop::CaseResult shrunk = prop::shrink_case(t, *p, s, index, std::move(first));
-    if (pipe::breakdown()) return; // the client broke while shrinking: the parent keeps the unshrunk failure
+    if (const std::optional<pipe::Breakdown> b = pipe::breakdown()) { // the client broke while shrinking
+        unshrunk.notes.push_back(shrink_broke_note(*b));
+        send(fd, 'F', unshrunk);
+        return;
+    }
     send(fd, 'F', shrunk);
 }
 

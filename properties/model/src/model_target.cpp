@@ -20,14 +20,21 @@ struct Lending {
     const void* input; // what the payload must still equal (const inputs); nullptr for outputs
 };
 
-// Throws LentViolation when the call did anything outside what it was lent.
+// Throws LentViolation when the call did anything outside what it was lent: here, or (a served plugin, through the
+// pipe proxy's model table) in the copies kvcheck serve-plugin lent it, which its reply reports (lent.hpp).
 void check_lent(const char* call, std::initializer_list<Lending> lent) {
+    const auto fail = [](const std::string& what) {
+        throw LentViolation(what + ": an implementation may write only into the output buffers it is lent, "
+                                   "within their size");
+    };
     for (const Lending& l : lent) {
         std::size_t bytes = 0;
         const std::string what = l.buffer->violation(call, l.input, &bytes);
-        if (!what.empty())
-            throw LentViolation(what + ": an implementation may write only into the output buffers it is lent, "
-                                       "within their size");
+        if (!what.empty()) fail(what);
+    }
+    if (const prop::FarViolationSource far = prop::far_violation_source()) {
+        const prop::FarViolation* v = nullptr;
+        if (far(&v) > 0) fail(v[0].what);
     }
 }
 

@@ -21,8 +21,22 @@ const char* opcode_name(uint16_t op) {
     case kMemory: return "memory";
     case kFork: return "fork";
     case kRelease: return "release";
+    case kModelGetCaps: return "model get_caps";
+    case kModelCreate: return "model create";
+    case kModelDestroy: return "model destroy";
+    case kModelForward: return "model forward";
+    case kModelReadKv: return "model read_kv";
+    case kModelFork: return "model fork";
+    case kModelRelease: return "model release";
+    case kModelMemory: return "model memory";
+    case kModelKvProjections: return "model kv_projections";
     }
     return "unknown";
+}
+
+bool is_model_opcode(uint16_t op) {
+    const uint16_t o = op & ~kReplyBit;
+    return o >= kModelGetCaps && o <= kModelKvProjections;
 }
 
 void put_u32(unsigned char* p, uint32_t v) {
@@ -211,6 +225,63 @@ kvc_config decode_config(const unsigned char in[kConfigBytes], uint32_t minor, C
     uint32_t* g[6] = {&c.n_sinks, &c.evict, &c.head_dim_v, &c.rope_dim_begin, &c.rope_dims, &a->n_windows};
     for (int i = 0; i < 6; ++i) *g[i] = get_u32(in + 56 + 4 * i);
     return c;
+}
+
+void encode_model_caps(const kvcm_caps& c, unsigned char out[kModelCapsBytes]) {
+    const uint32_t f[13] = {c.features, c.weight_formats, c.cache_dtypes, c.rope_variants, c.max_context,
+                            c.max_seqs, c.max_layers,     c.max_heads,    c.max_kv_heads,  c.max_head_dim,
+                            c.max_dim,  c.max_hidden_dim, c.max_vocab};
+    for (int i = 0; i < 13; ++i) put_u32(out + 4 * i, f[i]);
+    put_f32(out + 52, c.fixed_rope_theta);
+    put_f32(out + 56, c.fixed_rms_eps);
+}
+
+kvcm_caps decode_model_caps(const unsigned char in[kModelCapsBytes]) {
+    kvcm_caps c{};
+    c.struct_size = sizeof c;
+    uint32_t* f[13] = {&c.features,  &c.weight_formats, &c.cache_dtypes, &c.rope_variants, &c.max_context,
+                       &c.max_seqs,  &c.max_layers,     &c.max_heads,    &c.max_kv_heads,  &c.max_head_dim,
+                       &c.max_dim,   &c.max_hidden_dim, &c.max_vocab};
+    for (int i = 0; i < 13; ++i) *f[i] = get_u32(in + 4 * i);
+    c.fixed_rope_theta = get_f32(in + 52);
+    c.fixed_rms_eps = get_f32(in + 56);
+    return c;
+}
+
+void encode_model_desc(const kvcm_model_desc& d, unsigned char out[kModelDescBytes]) {
+    const uint32_t f[7] = {d.dim, d.hidden_dim, d.n_layers, d.n_heads, d.n_kv_heads, d.head_dim, d.vocab_size};
+    for (int i = 0; i < 7; ++i) put_u32(out + 4 * i, f[i]);
+    put_u32(out + 28, d.rope);
+    put_f32(out + 32, d.rope_theta);
+    put_f32(out + 36, d.rms_eps);
+    put_u32(out + 40, d.tied);
+    put_u32(out + 44, d.cache_dtype);
+    put_u32(out + 48, d.max_context);
+    put_u32(out + 52, d.max_seqs);
+}
+
+kvcm_model_desc decode_model_desc(const unsigned char in[kModelDescBytes]) {
+    kvcm_model_desc d{};
+    d.struct_size = sizeof d;
+    uint32_t* f[7] = {&d.dim, &d.hidden_dim, &d.n_layers, &d.n_heads, &d.n_kv_heads, &d.head_dim, &d.vocab_size};
+    for (int i = 0; i < 7; ++i) *f[i] = get_u32(in + 4 * i);
+    d.rope = get_u32(in + 28);
+    d.rope_theta = get_f32(in + 32);
+    d.rms_eps = get_f32(in + 36);
+    d.tied = get_u32(in + 40);
+    d.cache_dtype = get_u32(in + 44);
+    d.max_context = get_u32(in + 48);
+    d.max_seqs = get_u32(in + 52);
+    return d;
+}
+
+uint64_t model_logits_bytes(const kvcm_caps& caps, const kvcm_model_desc& d, uint64_t n_tokens) {
+    const uint64_t rows = (caps.features & KVCM_FEATURE_ALL_LOGITS) ? n_tokens : 1;
+    return mul(mul(rows, d.vocab_size), 4);
+}
+
+uint64_t model_rows_bytes(const kvcm_model_desc& d, uint64_t n) {
+    return mul(mul(mul(n, d.n_kv_heads), d.head_dim), 4);
 }
 
 } // namespace kvc::pipe

@@ -4,12 +4,9 @@
 // The mirror: a client that reports its allocator reading in every reply (kvcheck serve-plugin does, from glibc's
 // own counters) has its growth reproduced in this process by one block resized to follow it. NO-Q's allocator watch,
 // which reads this process's heap around every call, then judges the client's memory with its unchanged rules.
-#include "kvcheck/pipe/proxy.hpp"
+#include "proxy_core.hpp"
 
-#include "channel.hpp"
-#include "kvcheck/pipe/protocol.hpp"
 #include "kvcheck/properties/sanitizers.hpp"
-#include "lent.hpp"
 
 #include <chrono>
 #include <csignal>
@@ -20,53 +17,7 @@
 #include <new>
 
 namespace kvc::pipe {
-namespace {
-
-constexpr int kMaxCaches = 256;
-constexpr std::size_t kTextBytes = kMaxMessageBytes + 512;
-// The mirror starts this large (address space only: an untouched malloc'ed block costs no memory), so that a client
-// whose reading falls below where it started is still followed down.
-constexpr uint64_t kMirrorBase = uint64_t{64} << 20;
-// A reading this far above the first one is not believed (a 64-bit value a client made up): the mirror stays put.
-constexpr int64_t kMirrorMaxGrowth = int64_t{1} << 40;
-
-struct Slot {
-    bool used = false;
-    uint64_t remote = 0;
-    Shape shape;
-    char error[kTextBytes] = "";
-};
-
-// A lent-buffer violation the client reported (protocol 1.4), in fixed storage: handed to the call driver as
-// prop::FarViolation after the call.
-struct FarText {
-    char buffer[kMaxNameBytes + 1];
-    char what[kMaxMessageBytes + 1];
-};
-
-struct Connection {
-    Channel channel;
-    double timeout_s = 30;
-    uint32_t seq = 0;
-    uint32_t minor = 0; // the protocol minor both sides speak
-    kvc_plugin_api table{};
-    char name[kMaxNameBytes + 1] = "", version[kMaxNameBytes + 1] = "";
-    kvc_caps caps{};
-    bool mirrored = false; // the client's readings are followed (a process of ours, a heap watch that can see it)
-    bool served = false;   // the client is kvcheck serve-plugin: its process is the implementation's
-    char notes[2048] = "";
-    std::size_t n_notes = 0;
-    bool broken = false;
-    Breakdown::Kind kind = Breakdown::Kind::Error;
-    char broken_text[kTextBytes] = "";
-    char create_error[kTextBytes] = "(no error)";
-    uint64_t baseline = kNoReading; // the client's first reading
-    void* mirror = nullptr;
-    FarText far_text[kMaxLentViolations];
-    prop::FarViolation far[kMaxLentViolations];
-    std::size_t n_far = 0; // of the last reply, until the call driver takes them
-    Slot slots[kMaxCaches];
-};
+namespace proxied {
 
 Connection& conn() {
     static Connection c;
@@ -80,8 +31,7 @@ Slot* slot_of(kvc_cache* cache) {
     return s;
 }
 
-// snprintf into a fixed buffer, cutting what does not fit (messages are bounded on purpose).
-__attribute__((format(printf, 3, 4))) void say(char* dst, std::size_t cap, const char* fmt, ...) {
+void say(char* dst, std::size_t cap, const char* fmt, ...) {
     va_list a;
     va_start(a, fmt);
     std::vsnprintf(dst, cap, fmt, a);
@@ -141,11 +91,8 @@ const char* ending(char* buf, std::size_t cap) {
 // The process that the words name: under server isolation it is the implementation's own.
 const char* client_process() { return conn().served ? "serve-plugin process" : "client process"; }
 
-// One request and its reply. `req` holds the request's payload parts (the header is prepended here); `out` the
-// buffers the reply body goes into, `body` its exact length. Returns the client's status; on anything but KVC_OK
-// the message is in msg_out. *reading gets the client's allocator reading.
 kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iovec* out, int n_out, std::size_t body,
-                    char* msg_out, uint64_t* reading = nullptr) {
+                    char* msg_out, uint64_t* reading) {
     Connection& c = conn();
     const char* name = opcode_name(op);
     if (c.broken) {
@@ -299,6 +246,12 @@ kvc_status transact(uint16_t op, struct iovec* req, int n_req, const struct iove
     return KVC_OK;
 }
 
+} // namespace proxied
+
+namespace {
+
+using namespace proxied;
+
 // ---- the table --------------------------------------------------------------------------------------------------
 
 void p_get_caps(kvc_caps* out) {
@@ -362,18 +315,6 @@ const char* p_last_error(const kvc_cache* cache) {
     Slot* s = slot_of(const_cast<kvc_cache*>(cache));
     return s ? s->error : conn().create_error;
 }
-
-// The request of a call on one cache: u64 cache then u32 fields.
-struct Fields {
-    unsigned char b[32];
-    std::size_t n = 8;
-    explicit Fields(uint64_t remote) { put_u64(b, remote); }
-    Fields& u32(uint32_t v) {
-        put_u32(b + n, v);
-        n += 4;
-        return *this;
-    }
-};
 
 kvc_status too_large(Slot* s, const char* op) {
     say(s->error, sizeof s->error, "%s: the arrays are too large for one pipe frame (1 GiB)", op);
@@ -523,6 +464,7 @@ void reset() {
     prop::set_far_violation_source(nullptr);
     c.~Connection();
     new (&c) Connection();
+    model_reset();
 }
 
 namespace {
@@ -557,8 +499,22 @@ void handshake(const std::string& command) {
     unsigned char caps[kCapsReplyBytes];
     struct iovec crep{caps, caps_reply_bytes(c.minor)};
     st = transact(kGetCaps, nullptr, 0, &crep, 1, caps_reply_bytes(c.minor), msg, &reading);
-    if (st != KVC_OK) failed(st, "get_caps");
-    c.caps = decode_caps(caps, c.minor);
+    // From 1.5 a served plugin may export the model-level table only: get_caps is then UNSUPPORTED, and the model
+    // get_caps that follows says what the client serves.
+    if (st != KVC_OK && (st != KVC_ERR_UNSUPPORTED || c.minor < kModelMinor)) failed(st, "get_caps");
+    bool model = false;
+    if (c.minor >= kModelMinor) {
+        char model_msg[kTextBytes] = "";
+        kvc_status model_st = KVC_OK;
+        model = model_handshake(&model_st, model_msg, &reading);
+        if (!model && model_st != KVC_ERR_UNSUPPORTED) {
+            set_text(msg, model_msg);
+            failed(model_st, "the model table's get_caps");
+        }
+    }
+    if (st != KVC_OK && !model) failed(st, "get_caps");
+    c.has_operation = st == KVC_OK;
+    if (c.has_operation) c.caps = decode_caps(caps, c.minor);
     // The mirror starts at its base before any call is judged; from here it follows the client's reading.
     c.baseline = reading;
     c.mirrored = c.mirrored && reading != kNoReading;
@@ -588,7 +544,7 @@ void handshake(const std::string& command) {
 } // namespace
 
 const kvc_plugin_api* proxy_entry(uint32_t, uint32_t) {
-    return conn().channel.started() ? &conn().table : nullptr;
+    return conn().channel.started() && conn().has_operation ? &conn().table : nullptr;
 }
 
 ClientNotes client_notes() {

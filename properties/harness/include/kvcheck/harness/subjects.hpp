@@ -80,7 +80,7 @@ std::vector<Subject> load_subjects(const std::string& plugin, const std::string&
                                    const IsolationOptions& o, std::vector<Skipped>* skipped = nullptr);
 
 // load_subjects, or load_connected when `connect` is given (then plugin and builtin must not be). A plugin is then
-// served (server isolation) when --isolation is server, or auto and the plugin is a host operation-level one.
+// served (server isolation) when --isolation is server, or auto and the plugin is a host one (either table or both).
 std::vector<Subject> subjects_of(const std::string& plugin, const std::string& builtin, const std::string& connect,
                                  bool allow_all, const IsolationOptions& o, std::vector<Skipped>* skipped = nullptr);
 

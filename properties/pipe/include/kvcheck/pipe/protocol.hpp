@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kvcheck/abi.hpp"
+#include "kvcheck/model_abi.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -14,12 +15,13 @@ namespace kvc::pipe {
 
 // The protocol's major version is the ABI's. Its minor follows the ABI's up to 1.2, whose caps and config frames
 // left out the windowed and latent fields; 1.3 carries every field of ABI 1.2; 1.4 lets a reply say that the call
-// wrote outside a buffer it was lent (the reply prefix's flags). A connection speaks the lower of the two peers'
-// minors (docs/protocol.md, Version handshake).
+// wrote outside a buffer it was lent (the reply prefix's flags); 1.5 adds the model-level table (model_abi.h) as
+// opcodes of its own. A connection speaks the lower of the two peers' minors (docs/protocol.md, Version handshake).
 constexpr uint32_t kProtocolMajor = KVC_ABI_VERSION_MAJOR;
-constexpr uint32_t kProtocolMinor = 4;
+constexpr uint32_t kProtocolMinor = 5;
 constexpr uint32_t kWholeAbiMinor = 3;  // the first protocol minor with ABI 1.2's windows, sinks, eviction, MLA shapes
 constexpr uint32_t kLentReportMinor = 4; // the first with the reply flag kReplyLentViolations
+constexpr uint32_t kModelMinor = 5;      // the first with the model-level opcodes
 // The ABI minor a connection of this protocol minor gives the harness, and the protocol minor that carries all of
 // a plugin's ABI minor.
 uint32_t abi_minor_of(uint32_t protocol_minor);
@@ -49,7 +51,18 @@ enum Opcode : uint16_t {
     kMemory = 10,
     kFork = 11,
     kRelease = 12,
+    // The model-level table (from 1.5): one opcode per kvcm_model_api member the harness calls.
+    kModelGetCaps = 13,
+    kModelCreate = 14,
+    kModelDestroy = 15,
+    kModelForward = 16,
+    kModelReadKv = 17,
+    kModelFork = 18,
+    kModelRelease = 19,
+    kModelMemory = 20,
+    kModelKvProjections = 21,
 };
+bool is_model_opcode(uint16_t op);
 const char* opcode_name(uint16_t op); // "append_attend", ...; "unknown" for anything else
 
 // The 16 bytes before every payload.
@@ -96,6 +109,18 @@ constexpr std::size_t kCreateReplyBytes = 8;        // u64 cache
 constexpr std::size_t kSeqLengthReplyBytes = 8;     // u32 length, 0
 constexpr std::size_t kMemoryReplyBytes = 40;       // u32 block_size, 0, u64 live, capacity, pool, workspace
 
+// The model level's fixed sizes (from 1.5).
+constexpr std::size_t kModelCapsBytes = 15 * 4;     // kvcm_caps without struct_size, field by field
+constexpr std::size_t kModelGetCapsReplyBytes = 8 + 2 * kMaxNameBytes + kModelCapsBytes; // abi major, minor, names
+constexpr std::size_t kModelDescBytes = 14 * 4;     // kvcm_model_desc without struct_size, field by field
+constexpr std::size_t kModelCreateRequestBytes = kModelDescBytes + 16; // + u32 format, u32 where, u64 size
+constexpr uint32_t kWeightsInMemory = 0;            // create's `where`: the bytes follow (kvcm_weights.data)
+constexpr uint32_t kWeightsFile = 1;                // the file's path follows, without its NUL (kvcm_weights.path)
+constexpr uint32_t kMaxPathBytes = 4096;            // a weights path
+constexpr std::size_t kModelForwardRequestBytes = 16; // u64 model, u32 seq, n_tokens; then i32 tokens[n_tokens]
+constexpr std::size_t kModelMemoryReplyBytes = 24;  // u64 bytes_per_token, live_bytes, reserved_bytes
+constexpr std::size_t kModelCountReplyBytes = 8;    // kv_projections: u64
+
 // What the server and the proxy both know of a cache once it is created: the shapes every array length follows from.
 struct Shape {
     uint32_t n_layers = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, cache_dtype = 0, int8_scale_dtype = 0;
@@ -135,5 +160,15 @@ struct ConfigArrays {
 };
 void encode_config(const kvc_config& c, const ConfigArrays& a, uint32_t minor, unsigned char out[kConfigBytes]);
 kvc_config decode_config(const unsigned char in[kConfigBytes], uint32_t minor, ConfigArrays* a);
+
+// kvcm_caps and kvcm_model_desc, field by field in model_abi.h's order (struct_size left out).
+void encode_model_caps(const kvcm_caps& c, unsigned char out[kModelCapsBytes]);
+kvcm_caps decode_model_caps(const unsigned char in[kModelCapsBytes]);
+void encode_model_desc(const kvcm_model_desc& d, unsigned char out[kModelDescBytes]);
+kvcm_model_desc decode_model_desc(const unsigned char in[kModelDescBytes]);
+// The bytes of forward's logits (rows: n_tokens with KVCM_FEATURE_ALL_LOGITS, else 1) and of read_kv's k_out or
+// v_out (f32, the only cache dtype of the model level's properties: [n][n_kv_heads][head_dim]). Saturating.
+uint64_t model_logits_bytes(const kvcm_caps& caps, const kvcm_model_desc& d, uint64_t n_tokens);
+uint64_t model_rows_bytes(const kvcm_model_desc& d, uint64_t n);
 
 } // namespace kvc::pipe

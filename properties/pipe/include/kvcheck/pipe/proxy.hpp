@@ -9,6 +9,7 @@
 #pragma once
 
 #include "kvcheck/abi.h"
+#include "kvcheck/model_abi.h"
 
 #include <optional>
 #include <stdexcept>
@@ -41,6 +42,10 @@ void reset();
 
 // The entry function of the connected table (kvc_entry_fn): the version check is the handshake's, done in connect().
 const kvc_plugin_api* proxy_entry(uint32_t harness_abi_major, uint32_t harness_abi_minor);
+// The model-level table of the connected client (kvcm_entry_fn), when it serves one (protocol 1.5: kvcheck
+// serve-plugin around a plugin that exports kvcheck_model_entry); NULL otherwise, as proxy_entry() is NULL for a
+// client that serves the model table only.
+const kvcm_model_api* model_proxy_entry(uint32_t harness_abi_major, uint32_t harness_abi_minor);
 
 struct Breakdown {
     enum class Kind { Crash, Timeout, Error };
