@@ -1,5 +1,5 @@
 /*
- * kvcheck plugin ABI, version 1.2 — the one interface every KV-cache implementation under test speaks.
+ * kvcheck plugin ABI, version 1.3 — the one interface every KV-cache implementation under test speaks.
  *
  * The harness talks to an implementation only through this header: it appends K/V, attends with Q, reads the cache
  * back and asks how many bytes are held. Coordinates are logical (sequence, layer, position, KV head, dim); the
@@ -31,6 +31,8 @@
  * windows and attention sinks, eviction of rows no query can see again (KVC_ERR_EVICTED), a V head dim apart from
  * K's and RoPE on a range of the head dims, with their features and limits in kvc_caps. A 1.0 or 1.1 plugin still
  * loads and is never given a quantized, windowed or latent cache.
+ * ABI 1.3 appended: kvc_caps.n_pipeline_rules and pipeline_rules, a rounding pipeline per cache dtype and call shape
+ * (docs/tolerance.md). A 1.0 to 1.2 plugin still loads: it declares no rule, and kvc_caps.pipeline grades every call.
  */
 #ifndef KVCHECK_ABI_H
 #define KVCHECK_ABI_H
@@ -43,7 +45,7 @@ extern "C" {
 #endif
 
 #define KVC_ABI_VERSION_MAJOR 1u
-#define KVC_ABI_VERSION_MINOR 2u
+#define KVC_ABI_VERSION_MINOR 3u
 #define KVC_ENTRY_SYMBOL "kvcheck_plugin_entry"
 
 /* Result of every fallible call. On anything but KVC_OK, last_error() says what happened in words. */
@@ -131,6 +133,22 @@ typedef struct kvc_pipeline {
 #define KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN (1u << 2) /* round_half_even(x * (127 / amax)): ggml's x86 AVX/AVX2 kernel */
 #define KVC_PIPELINE_Q8_0_RECIP_D_EVEN (1u << 3)    /* round_half_even(x * (1 / d)): ggml's ARM NEON kernel */
 
+/* ABI 1.3: a pipeline for some cache dtypes and call shapes (kvc_caps.pipeline_rules). The outputs of one sequence
+   in one call, a call that appends n rows to that sequence in a cache of dtype d, are graded by the FIRST rule whose
+   cache_dtypes covers d and whose min_new <= n; with none, by kvc_caps.pipeline (or precision). A kernel that
+   switches arithmetic with the dtype or the chunk length (ggml's CPU flash attention: f16 accumulation for short f16
+   chunks, an f32 tiled path from 64 rows) declares each path and is graded by the one it takes. What concerns the
+   stored content rather than one call's arithmetic (the q8_0 rounding flags) must be the same in every rule covering
+   a dtype as in kvc_caps.pipeline: the harness refuses the plugin otherwise. */
+typedef struct kvc_pipeline_rule {
+    uint32_t cache_dtypes; /* bit (1u << kvc_dtype) per cache dtype the rule covers, only declared ones; 0 = every
+                              declared dtype */
+    uint32_t min_new;      /* the rule covers a call only where it appends at least this many rows to the sequence
+                              graded; 0 or 1 = any */
+    kvc_pipeline pipeline; /* flags must have KVC_PIPELINE_DECLARED */
+} kvc_pipeline_rule;
+#define KVC_MAX_PIPELINE_RULES 8
+
 /* Where an implementation keeps the cache, so the harness knows which allocator to watch. */
 typedef enum kvc_memory_space { KVC_MEMORY_HOST = 0, KVC_MEMORY_DEVICE = 1 } kvc_memory_space;
 
@@ -184,6 +202,9 @@ typedef struct kvc_caps {
        them, a case with another value is NOT_SUPPORTED, and the report lists them. 0 = the config's value, any. */
     float fixed_rope_theta; /* the one RoPE base it rotates with (finite, > 0) */
     uint32_t fixed_scale;   /* KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM: 1/sqrt(head_dim) whatever config.scale says */
+    /* ---- ABI 1.3 ---- */
+    uint32_t n_pipeline_rules; /* rules used, at most KVC_MAX_PIPELINE_RULES; 0 = `pipeline` grades every call */
+    kvc_pipeline_rule pipeline_rules[KVC_MAX_PIPELINE_RULES]; /* tried in order, the first that covers a call wins */
 } kvc_caps;
 
 #define KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM 1u

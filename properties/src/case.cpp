@@ -1,5 +1,7 @@
 #include "kvcheck/properties/case.hpp"
 
+#include "kvcheck/properties/tolerance.hpp"
+
 #include "kvcheck/abi.hpp"
 
 #include <algorithm>
@@ -132,8 +134,10 @@ kvc_caps required_caps(const Case& c) {
 uint32_t head_dim_multiple(const kvc_caps& caps, bool rope) {
     const uint32_t m =
         std::max(rope && caps.head_dim_multiple_rope ? caps.head_dim_multiple_rope : caps.head_dim_multiple, 1u);
-    const bool q8_0_query = caps.struct_size >= offsetof(kvc_caps, pipeline) + sizeof(kvc_pipeline) &&
-                            (caps.pipeline.flags & KVC_PIPELINE_DECLARED) && caps.pipeline.q == KVC_ROUND_Q8_0;
+    bool q8_0_query = caps.struct_size >= offsetof(kvc_caps, pipeline) + sizeof(kvc_pipeline) &&
+                      (caps.pipeline.flags & KVC_PIPELINE_DECLARED) && caps.pipeline.q == KVC_ROUND_Q8_0;
+    for (const kvc_pipeline_rule& r : pipeline_rules(caps)) // a call graded by a rule quantizes q as it says
+        q8_0_query = q8_0_query || r.pipeline.q == KVC_ROUND_Q8_0;
     if (!q8_0_query) return m;
     const uint64_t l = uint64_t(m / std::gcd(m, 32u)) * 32u; // q is quantized in blocks of 32 along each head
     return static_cast<uint32_t>(std::min<uint64_t>(l, UINT32_MAX));

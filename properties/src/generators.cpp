@@ -115,11 +115,12 @@ void draw_quantization(const ConfigSpace& space, CaseConfig& c) {
 
 // Whether the declared pipeline forms the scores in f32: q, RoPE and scores not rounded to 16 bits (an fp8 or q8_0
 // q is rounded by the oracle exactly, and a quantized cache's rows are dequantized to f32 first).
+// Every pipeline that may grade a call of this dtype counts (ABI 1.3 rules): a case's calls may take any path.
 bool scores_in_f32(const kvc_caps& caps, uint32_t dtype) {
-    const Pipeline p = declared_pipeline(caps);
     const bool narrow_cache = dtype == KVC_DTYPE_F16 || dtype == KVC_DTYPE_BF16;
-    for (uint32_t r : {p.q, p.rope, p.scores})
-        if (r == KVC_ROUND_F16 || r == KVC_ROUND_BF16 || (r == KVC_ROUND_CACHE && narrow_cache)) return false;
+    for (const Pipeline& p : pipelines_for_dtype(caps, dtype))
+        for (uint32_t r : {p.q, p.rope, p.scores})
+            if (r == KVC_ROUND_F16 || r == KVC_ROUND_BF16 || (r == KVC_ROUND_CACHE && narrow_cache)) return false;
     return true;
 }
 
@@ -135,6 +136,18 @@ void draw_large_scores(const ConfigSpace& space, CaseConfig& c) {
                                             {{1, rc::gen::elementOf(std::vector<uint32_t>{64, 100, 1000, 3000})},
                                              {2, rc::gen::inRange<uint32_t>(64, 3001)}})
                                             .as("score_scale"));
+}
+
+// Chunk lengths at the edges of the declared pipeline rules that cover this dtype (ABI 1.3): min_new - 1, min_new
+// and min_new + 1 of each rule with min_new > 1, so the calls on either side of every switch are graded.
+std::vector<uint32_t> rule_edges(const kvc_caps& caps, uint32_t dtype) {
+    std::vector<uint32_t> e;
+    for (const kvc_pipeline_rule& r : pipeline_rules(caps))
+        if (r.min_new > 1 && rule_covers(r, dtype, r.min_new))
+            for (uint32_t x : {r.min_new - 1, r.min_new, r.min_new + 1}) e.push_back(x);
+    std::sort(e.begin(), e.end());
+    e.erase(std::unique(e.begin(), e.end()), e.end());
+    return e;
 }
 
 // Lengths a windowed case's appends aim at: the window's edges (W - 1, W, W + 1, 2W +- 1) of some layer and the
@@ -280,9 +293,18 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                // appends, so that a parent still has room for the appends after its fork
                const uint32_t reserve = ss.min_forks || ss.min_releases ? cap / 3 : 0;
                const std::vector<uint32_t> edges = window_edges(c.cfg);
+               const std::vector<uint32_t> rule_lengths = rule_edges(cs.allow, c.cfg.cache_dtype);
                auto draw_append = [&](uint32_t seq) {
                    const uint32_t room = cap - len[seq] - std::min(reserve, cap - len[seq]);
                    uint32_t n;
+                   // a pipeline rule's edge in a quarter of the appends that can take one (drawn only where a rule
+                   // has one, so every other declaration's cases are the ones its seeds always drew)
+                   std::vector<uint32_t> rule_ahead;
+                   for (uint32_t x : rule_lengths)
+                       if (x <= room && (ss.chunked || len[seq] == 0)) rule_ahead.push_back(x);
+                   if (!rule_ahead.empty() &&
+                       *rc::gen::weightedElement<bool>({{3, false}, {1, true}}).as("a pipeline rule's chunk length"))
+                       return *rc::gen::elementOf(rule_ahead).as("append length at a pipeline rule's edge");
                    std::vector<uint32_t> ahead; // window edges this append can reach: a chunk that ends on one
                    for (uint32_t x : edges)
                        if (x > len[seq] && x - len[seq] <= room && (ss.chunked || len[seq] == 0 || x == len[seq] + 1))
@@ -428,10 +450,11 @@ rc::Gen<Case> case_for(const ConfigSpace& cs, const ScriptSpace& ss) {
                    push_append(seq, std::min(prompt, cap));
                    const uint32_t steps = *rc::gen::inRange<uint32_t>(1, 4).as("appends after the prompt");
                    for (uint32_t i = 0; i < steps && len[seq] < cap; ++i) {
-                       // a chunk of 63 / 64 / 65 new tokens (where kernels switch to their prefill path) or decodes
-                       const uint32_t n =
-                           ss.chunked ? *rc::gen::elementOf(std::vector<uint32_t>{1, 1, 2, 63, 64, 65}).as("append")
-                                      : 1u;
+                       // a chunk of 63 / 64 / 65 new tokens (where kernels switch to their prefill path), of a
+                       // declared pipeline rule's edges, or decodes
+                       std::vector<uint32_t> sizes = {1, 1, 2, 63, 64, 65};
+                       sizes.insert(sizes.end(), rule_lengths.begin(), rule_lengths.end());
+                       const uint32_t n = ss.chunked ? *rc::gen::elementOf(sizes).as("append") : 1u;
                        push_append(seq, std::min(n, cap - len[seq]));
                    }
                    draw_large_scores(cs, c.cfg);

@@ -27,6 +27,7 @@ Outcome outcome_of(const RunResult& r) {
     o.headroom = r.headroom;
     o.fails_f32_class = r.fails_f32_class;
     o.quant_loss = r.quant_loss;
+    o.graded_by = r.graded_by;
     if (r.quant_loss >= 0) {
         std::ostringstream m;
         m.precision(3);

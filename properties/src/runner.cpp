@@ -63,6 +63,9 @@ rc::Shrinkable<Case> shrinkable_case(const Property& p, const RunSettings& s, in
         allow.rope_variants = limits->rope_variants & ((1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ));
         allow.pipeline = limits->pipeline; // a q8_0 query (KVC_ROUND_Q8_0) draws head_dim in whole blocks of 32
         allow.precision = limits->precision; // a 16-bit precision class forms 16-bit scores: no large-score regime
+        // every pipeline rule's chunk-length edges are drawn, and its 16-bit scores rule out the large-score regime
+        allow.n_pipeline_rules = limits->n_pipeline_rules;
+        std::copy(std::begin(limits->pipeline_rules), std::end(limits->pipeline_rules), std::begin(allow.pipeline_rules));
         allow.quant = limits->quant;
         allow.max_layers = limits->max_layers;
         allow.max_q_heads = limits->max_q_heads;
@@ -123,6 +126,7 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
         r.headroom = o.headroom;
         r.notes = o.notes;
         r.quant_loss = o.quant_loss;
+        r.graded_by = o.graded_by;
         if (!o.not_run.empty()) { // a part of the property could not run (properties.hpp): never a PASS
             r.verdict = Verdict::NotSupported;
             r.reason = o.not_run;
@@ -130,7 +134,9 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
         }
         if (o.fails_f32_class)
             r.notes.push_back("passes its declared precision pipeline but would fail the f32 class");
-        if (declared_pipeline(t.caps).new_rows_unrounded && c.cfg.cache_dtype != KVC_DTYPE_F32)
+        const std::vector<Pipeline> graders = pipelines_for_dtype(t.caps, c.cfg.cache_dtype);
+        if (c.cfg.cache_dtype != KVC_DTYPE_F32 &&
+            std::any_of(graders.begin(), graders.end(), [](const Pipeline& g) { return g.new_rows_unrounded; }))
             r.notes.push_back("declares new rows attended before rounding to the cache dtype: its outputs depend on "
                               "how a prompt is split into calls");
         if (o.headroom > kQualityWarningHeadroom) {
@@ -144,6 +150,7 @@ CaseResult evaluate_case(const Target& t, const Property& p, const Case& c) {
         r.failed_property = v.property();
         r.reason = v.what();
         r.mismatch = v.mismatch();
+        if (!v.mismatch().graded_by.empty()) r.graded_by = {v.mismatch().graded_by}; // the failing call's grader
     } catch (const AbiError& e) {
         // Only declared capabilities are exercised, so a refusal is an error, never a skip.
         r.verdict = Verdict::Error;
@@ -312,6 +319,7 @@ nlohmann::json to_json(const CaseResult& r) {
     if (r.outside_declaration) j["outside_declaration"] = true;
     if (!r.model_case.is_null()) j["model_case"] = r.model_case;
     if (r.quant_loss >= 0) j["quantization_loss"] = json_number(r.quant_loss); // absent: not a quantized case
+    if (!r.graded_by.empty()) j["graded_by"] = r.graded_by; // absent: no pipeline rules declared
     if (r.verdict == Verdict::Fail) {
         j["counterexample"] = to_json(r.counterexample);
         j["counterexample_text"] = describe(r.counterexample);
@@ -344,6 +352,7 @@ CaseResult case_result_from_json(const nlohmann::json& j) {
             throw std::invalid_argument("\"model_case\" is not an object");
         if (j.contains("model_case")) r.model_case = j["model_case"];
         r.quant_loss = j.contains("quantization_loss") ? number_or(j, "quantization_loss", -1.0) : -1.0;
+        r.graded_by = j.value("graded_by", std::vector<std::string>{});
         if (j.contains("counterexample")) r.counterexample = case_from_json(j["counterexample"]);
         return r;
     } catch (const nlohmann::json::exception& e) {

@@ -22,7 +22,7 @@ class Session::Impl {
 public:
     Impl(const Target& target, const CaseConfig& cfg, uint64_t data_seed, const Checks& checks, QueryVariant qv)
         : data_seed_(data_seed), checks_(checks), query_variant_(qv), cfg_(cfg),
-          pipeline_(declared_pipeline(target.caps)), scope_{checks.property, -1},
+          caps_(target.caps), has_rules_(!pipeline_rules(target.caps).empty()), scope_{checks.property, -1},
           watch_(target, cfg_, checks_, scope_, result_), driver_(target.api, scope_, watch_), model_(cfg_),
           fork_shares_((target.caps.features & KVC_FEATURE_FORK_SHARES) != 0 && !cfg_.evict) {
         driver_.create(cfg_.to_abi());
@@ -93,14 +93,16 @@ private:
         read_kept(p.seq, layer, p.before, p.n_new, gone, {&want.k_bits, &want.v_bits, &want.k_scale_bits,
                                                           &want.v_scale_bits}, k, v, ks, vs);
         std::string why;
+        // the pipeline of the path this call takes for this sequence (ABI 1.3 rules), its RoPE stage included
+        const ChosenPipeline chosen = pipeline_for(caps_, cfg_.cache_dtype, p.n_new);
         const std::optional<Mismatch> wrong = model_.store(p.seq, layer, p.n_new, p.in.k.data(), p.in.v.data(),
-                                                           k.data(), v.data(), pipeline_.rope, ks.data(), vs.data(),
-                                                           &why);
+                                                           k.data(), v.data(), chosen.pipeline.rope, ks.data(),
+                                                           vs.data(), &why);
         if (wrong) {
             if (checks_.content) scope_.fail(why, *wrong);
             if (!storage_mismatch_) storage_mismatch_ = wrong; // EQUIV's diagnosis names the first
         }
-        if (checks_.equiv && !p.extreme) grade_call(p, layer, out);
+        if (checks_.equiv && !p.extreme) grade_call(p, layer, out, chosen);
     }
 
     // ---- evicting caches (docs/windowed-caches.md) ----
@@ -214,7 +216,7 @@ private:
     // otherwise a sample of rows, each graded as a one-row call over the history truncated after it (its own
     // expectation exactly): the first and last rows, rows at 63/64/65 and around 2^k and 512 cached tokens, and a
     // few more drawn from the case's seed.
-    void grade_call(const Pending& p, uint32_t layer, const std::vector<float>& out) {
+    void grade_call(const Pending& p, uint32_t layer, const std::vector<float>& out, const ChosenPipeline& chosen) {
         const uint32_t history = model_.length(p.seq, layer);
         GradedRows all;
         all.q = p.in.q.data();
@@ -225,7 +227,7 @@ private:
         all.call_k = p.in.k.data();
         all.call_v = p.in.v.data();
         const uint64_t cost = static_cast<uint64_t>(p.n_new) * history * cfg_.n_q_heads * cfg_.head_dim;
-        if (cost <= kFullGradeCost) return grade(p.seq, layer, all);
+        if (cost <= kFullGradeCost) return grade(p.seq, layer, all, chosen);
         const size_t qrow = static_cast<size_t>(cfg_.n_q_heads) * cfg_.head_dim;
         const size_t orow = static_cast<size_t>(cfg_.n_q_heads) * cfg_.dv();
         for (uint32_t i : sampled_rows(p, layer)) {
@@ -234,7 +236,7 @@ private:
             one.out = all.out + i * orow;
             one.n_rows = 1;
             one.history = p.before + i + 1;
-            grade(p.seq, layer, one);
+            grade(p.seq, layer, one, chosen);
         }
     }
 
@@ -258,10 +260,10 @@ private:
     }
 
     // The informative quantization loss (RunResult::quant_loss): the same queries over the rows before quantization.
-    void measure_quant_loss(uint32_t seq, uint32_t layer, const GradedRows& rows) {
+    void measure_quant_loss(uint32_t seq, uint32_t layer, const GradedRows& rows, const Pipeline& pipeline) {
         const CacheModel::Stream& s = model_.stream(seq, layer);
         const std::vector<float> q = queries_as_rounded(
-            pipeline_, rows.q, static_cast<size_t>(rows.n_rows) * cfg_.n_q_heads * cfg_.head_dim);
+            pipeline, rows.q, static_cast<size_t>(rows.n_rows) * cfg_.n_q_heads * cfg_.head_dim);
         const Expected e =
             expect_outputs(cfg_, q.data(), rows.n_rows, s.k_raw, s.v_raw, rows.history, HeadMap::Repeat, 0, layer);
         const uint32_t d = cfg_.dv();
@@ -272,33 +274,41 @@ private:
         }
     }
 
-    void grade(uint32_t seq, uint32_t layer, const GradedRows& rows) {
+    void grade(uint32_t seq, uint32_t layer, const GradedRows& rows, const ChosenPipeline& chosen) {
         // EQUIV's cases carry it; the other properties that grade outputs (LONG's long prompts above all) would only
         // pay a second oracle for it
-        if (model_.quantized() && checks_.property == "EQUIV") measure_quant_loss(seq, layer, rows);
-        const OutputVerdict v = grade_call_outputs(model_, seq, layer, pipeline_, rows, storage_mismatch_);
+        if (model_.quantized() && checks_.property == "EQUIV") measure_quant_loss(seq, layer, rows, chosen.pipeline);
+        const std::string by = has_rules_ ? graded_by_name(caps_, chosen.rule) : std::string();
+        if (has_rules_ && std::find(result_.graded_by.begin(), result_.graded_by.end(), by) == result_.graded_by.end())
+            result_.graded_by.push_back(by);
+        const OutputVerdict v = grade_call_outputs(model_, seq, layer, chosen.pipeline, rows, storage_mismatch_);
         result_.headroom = std::max(result_.headroom, v.grade.headroom);
         result_.fails_f32_class = result_.fails_f32_class || v.grade.fails_f32_class;
         if (v.grade.pass) return;
-        scope_.fail(v.reason + diagnosis(seq, layer, rows), v.where);
+        // with rules declared, the failure names the declaration that graded it (a call of another length or dtype
+        // would have been graded by another)
+        const std::string named = has_rules_ ? " [graded by " + by + ": " + pipeline_name(chosen.pipeline) + "]" : "";
+        Mismatch where = v.where;
+        where.graded_by = by;
+        scope_.fail(v.reason + diagnosis(seq, layer, rows, chosen.pipeline) + named, where);
     }
 
     // What a failed call's outputs match instead, when the property asks: the classic head-mapping bug, or another
     // layer's history.
-    std::string diagnosis(uint32_t seq, uint32_t layer, const GradedRows& rows) const {
+    std::string diagnosis(uint32_t seq, uint32_t layer, const GradedRows& rows, const Pipeline& pipeline) const {
         std::string why;
         if (checks_.diagnose_heads && cfg_.n_kv_heads < cfg_.n_q_heads && cfg_.n_kv_heads > 1) {
             const Expected tile = expected_outputs(model_, seq, layer, rows, HeadMap::Tile);
-            if (grade_outputs(cfg_, pipeline_, rows.out, tile).pass)
+            if (grade_outputs(cfg_, pipeline, rows.out, tile).pass)
                 why += "; the outputs match query head h reading KV head h % n_kv_heads ('tile') instead of "
                        "h / (n_q_heads / n_kv_heads) ('repeat')";
         }
-        if (cfg_.window(layer) > 0) why += window_diagnosis(model_, seq, layer, pipeline_, rows);
+        if (cfg_.window(layer) > 0) why += window_diagnosis(model_, seq, layer, pipeline, rows);
         if (checks_.diagnose_layers)
             for (uint32_t other = 0; other < cfg_.n_layers; ++other) {
                 // another layer as long as the graded rows' history (a sampled row's history is truncated)
                 if (other == layer || model_.length(seq, other) != rows.history) continue;
-                if (grade_outputs(cfg_, pipeline_, rows.out, expected_outputs(model_, seq, other, rows)).pass) {
+                if (grade_outputs(cfg_, pipeline, rows.out, expected_outputs(model_, seq, other, rows)).pass) {
                     why += "; layer " + std::to_string(layer) + "'s outputs match layer " + std::to_string(other) +
                            "'s history: one layer's cache is used for another";
                     break;
@@ -430,7 +440,8 @@ private:
     const Checks checks_;
     const QueryVariant query_variant_;
     const CaseConfig cfg_;
-    const Pipeline pipeline_; // what the implementation declares: the bounds it is graded by
+    const kvc_caps caps_;   // what the implementation declares: the pipelines its calls are graded by
+    const bool has_rules_;  // ABI 1.3 pipeline rules: each grade is chosen per call and the report names it
     CheckScope scope_;        // the property and the op being applied
     RunResult result_;
     MemoryWatch watch_;  // before the driver: the driver's calls report to it

@@ -1,6 +1,7 @@
 #include "kvcheck/properties/target.hpp"
 
 #include "kvcheck/abi.hpp"
+#include "kvcheck/properties/tolerance.hpp"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -97,6 +98,10 @@ Target target_from_entry(kvc_entry_fn entry, const std::string& origin) {
         throw LoadError(origin + ": the pipeline declares both KVC_PIPELINE_Q8_0_RECIP_AMAX_EVEN and "
                                  "KVC_PIPELINE_Q8_0_RECIP_D_EVEN; q8_0 codes are rounded one way: declare at most one "
                                  "(x86 ggml: RECIP_AMAX_EVEN, ARM NEON ggml: RECIP_D_EVEN, neither: ggml's reference)");
+    // Before ABI 1.3 there were no pipeline rules: whatever an older table left there is not a declaration.
+    if (api->abi_minor < 3) t.caps.n_pipeline_rules = 0;
+    if (const std::string why = pipeline_rules_problem(t.caps); !why.empty())
+        throw LoadError(origin + ": " + why + " (docs/tolerance.md, \"A pipeline per cache dtype and call shape\")");
     return t;
 }
 

@@ -26,8 +26,10 @@ Pipeline pipeline_preset(uint32_t precision) {
 Pipeline declared_pipeline(const kvc_caps& caps) {
     const bool has = caps.struct_size >= offsetof(kvc_caps, pipeline) + sizeof(kvc_pipeline) &&
                      (caps.pipeline.flags & KVC_PIPELINE_DECLARED);
-    if (!has) return pipeline_preset(caps.precision);
-    const kvc_pipeline& a = caps.pipeline;
+    return has ? pipeline_of(caps.pipeline) : pipeline_preset(caps.precision);
+}
+
+Pipeline pipeline_of(const kvc_pipeline& a) {
     const auto ok = [](uint32_t r) { return r <= KVC_ROUND_CACHE ? r : uint32_t{KVC_ROUND_F32}; };
     Pipeline p;
     p.q = a.q <= KVC_ROUND_Q8_0 ? a.q : uint32_t{KVC_ROUND_F32}; // q alone may be quantized (fp8, q8_0: ABI 1.2)

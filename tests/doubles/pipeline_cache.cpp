@@ -28,6 +28,14 @@
 #define PIPE_FIXED_PLAIN 10    // the same arithmetic, not declared: EQUIV (and CACHE-CONTENT on RoPE keys) fail
 #define PIPE_ROPE16_DECL 11    // f32, but RoPE's cos, sin and products in f16 (q and keys) on every dtype: declared
 #define PIPE_ROPE16_PLAIN 12   // the same, declares f32: EQUIV and CACHE-CONTENT fail on RoPE cases, naming the stage
+// A ggml-like CPU flash attention (ABI 1.3 pipeline rules): an f16 cache rounds q to f16 and accumulates V in f16 on
+// calls of fewer than 64 rows and takes an all-f32 tiled path from 64; a bf16 cache rounds q to bf16 and
+// accumulates in f32; an f32 cache is f32 throughout.
+#define PIPE_GGML_RULES 13     // declares exactly that with rules: passes
+#define PIPE_GGML_F32 14       // the same kernel declaring f32 for every call, no rules: EQUIV fails
+#define PIPE_GGML_LONG16 15    // f16 accumulation on chunks of 64 rows and more too, declaring the rules of 13: fails
+#define PIPE_GGML_LOOSEST 16   // the kernel of 13 declaring one pipeline, the loosest of its paths: passes, looser
+#define PIPE_GGML_BAD_RULES 17 // the rules of 13, one covering a dtype it does not declare: refused at load
 
 namespace {
 
@@ -35,8 +43,19 @@ using kvc::emu::Order;
 using kvc::emu::Stages;
 
 constexpr uint32_t C = KVC_ROUND_CACHE;
+constexpr bool kGgml = KVC_PIPE_DOUBLE >= PIPE_GGML_RULES && KVC_PIPE_DOUBLE <= PIPE_GGML_BAD_RULES;
+constexpr uint32_t kTiledFrom = 64; // the ggml-like kernel's all-f32 path: calls appending this many rows or more
 
-Stages stages() {
+// The ggml-like kernel's arithmetic for a call appending n_new rows to a cache of this dtype.
+Stages ggml_stages(uint32_t dtype, uint32_t n_new) {
+    const bool long16 = KVC_PIPE_DOUBLE == PIPE_GGML_LONG16;
+    if (dtype == KVC_DTYPE_F16 && (n_new < kTiledFrom || long16)) return {C, 0, 0, 0, C, 0};
+    if (dtype == KVC_DTYPE_BF16) return {C, 0, 0, 0, 0, 0};
+    return {};
+}
+
+Stages stages(uint32_t dtype, uint32_t n_new) {
+    if (kGgml) return ggml_stages(dtype, n_new);
     switch (KVC_PIPE_DOUBLE) {
     case PIPE_ONLINE_Q_ACCUM: return {C, 0, 0, 0, C, 0};
     case PIPE_EAGER_ALL16:
@@ -49,7 +68,8 @@ Stages stages() {
     }
 }
 
-Order order() {
+Order order(uint32_t n_new) {
+    if (kGgml) return n_new < kTiledFrom ? Order::OnlineForward : Order::SplitKV; // the tiled path merges tiles
     switch (KVC_PIPE_DOUBLE) {
     case PIPE_ONLINE_Q_ACCUM: return Order::OnlineForward;
     case PIPE_EAGER_ALL16:
@@ -100,13 +120,26 @@ float truncate_to_dtype(float x, uint32_t dtype) {
 void get_caps(kvc_caps* out) {
     kvc_caps c = kvc::dbl::host_caps(0x7u, KVC_FEATURE_GQA | KVC_FEATURE_CHUNKED);
     c.rope_variants = (1u << KVC_ROPE_NEOX) | (1u << KVC_ROPE_GPTJ);
-    const Stages st = stages();
+    const Stages st = stages(KVC_DTYPE_F32, 1);
     const bool declares = KVC_PIPE_DOUBLE != PIPE_OVERCLAIM && KVC_PIPE_DOUBLE != PIPE_NEW_ROWS_PLAIN &&
-                          KVC_PIPE_DOUBLE != PIPE_PROBS_PLAIN && KVC_PIPE_DOUBLE != PIPE_ROPE16_PLAIN;
+                          KVC_PIPE_DOUBLE != PIPE_PROBS_PLAIN && KVC_PIPE_DOUBLE != PIPE_ROPE16_PLAIN && !kGgml;
     if (declares) {
         c.pipeline = {st.q, st.rope, st.scores, st.probs, st.accum, st.output, KVC_PIPELINE_DECLARED};
         if (KVC_PIPE_DOUBLE == PIPE_NEW_ROWS_DECL) c.pipeline.flags |= KVC_PIPELINE_NEW_ROWS_UNROUNDED;
     }
+    if (KVC_PIPE_DOUBLE == PIPE_GGML_RULES || KVC_PIPE_DOUBLE == PIPE_GGML_LONG16 ||
+        KVC_PIPE_DOUBLE == PIPE_GGML_BAD_RULES) {
+        // the first rule covering a call grades it: the f16 tiled path before the f16 short-call rule
+        c.pipeline = {0, 0, 0, 0, 0, 0, KVC_PIPELINE_DECLARED};
+        c.n_pipeline_rules = 3;
+        c.pipeline_rules[0] = {1u << KVC_DTYPE_F16, kTiledFrom, {0, 0, 0, 0, 0, 0, KVC_PIPELINE_DECLARED}};
+        c.pipeline_rules[1] = {1u << KVC_DTYPE_F16, 0, {C, 0, 0, 0, C, 0, KVC_PIPELINE_DECLARED}};
+        c.pipeline_rules[2] = {1u << KVC_DTYPE_BF16, 0, {C, 0, 0, 0, 0, 0, KVC_PIPELINE_DECLARED}};
+    }
+    if (KVC_PIPE_DOUBLE == PIPE_GGML_BAD_RULES) c.pipeline_rules[2].cache_dtypes |= 1u << KVC_DTYPE_Q8_0;
+    if (KVC_PIPE_DOUBLE == PIPE_GGML_F32) c.pipeline = {0, 0, 0, 0, 0, 0, KVC_PIPELINE_DECLARED};
+    // the loosest single declaration covering every path: q and accumulator in the cache dtype
+    if (KVC_PIPE_DOUBLE == PIPE_GGML_LOOSEST) c.pipeline = {C, 0, 0, 0, C, 0, KVC_PIPELINE_DECLARED};
     if (KVC_PIPE_DOUBLE == PIPE_FIXED_DECL) {
         c.fixed_rope_theta = 10000.0f;
         c.fixed_scale = KVC_FIXED_SCALE_INV_SQRT_HEAD_DIM;
@@ -154,7 +187,8 @@ kvc_status append_attend(kvc_cache* cache, uint32_t seq, uint32_t layer, uint32_
             er.v = v_att.data() + static_cast<size_t>(h / group) * d;
             er.ld = r;
             er.n = before + i + 1;
-            kvc::emu::attend(er, stages(), order(), out + (static_cast<size_t>(i) * Hq + h) * d, 7);
+            kvc::emu::attend(er, stages(c->cfg.cache_dtype, n_new), order(n_new),
+                             out + (static_cast<size_t>(i) * Hq + h) * d, 7);
         }
     return KVC_OK;
 }

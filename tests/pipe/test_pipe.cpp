@@ -63,6 +63,9 @@ INSTANTIATE_TEST_SUITE_P(Doubles, Parity,
                                            "libkvcheck_double_win_ring.so", "libkvcheck_double_win_plus_one.so",
                                            "libkvcheck_double_win_no_free.so", "libkvcheck_double_pipe_fixed_decl.so",
                                            "libkvcheck_double_pipe_fixed_plain.so", "libkvcheck_double_mla_correct.so",
+                                           // ABI 1.3 pipeline rules: carried by the caps reply from protocol 1.5
+                                           "libkvcheck_double_pipe_ggml_rules.so",
+                                           "libkvcheck_double_pipe_ggml_long16.so",
                                            "libkvcheck_double_mla_v_from_k.so",
                                            "libkvcheck_cpu_engine_plugin.so",
                                            // writes outside what they are lent: serve-plugin guards its buffers

@@ -246,20 +246,23 @@ std::vector<Subject> load_subjects(const std::string& plugin, const std::string&
 
 namespace {
 
+// A library with a model table beside an operation-level table older than ABI 1.2: serve-plugin speaks that table's
+// older protocol minor, which has no model level.
+bool served_at_older_minor(const Subject& probed) { return probed.model && probed.operation && probed.abi_minor < 2; }
+
 // Server isolation: a plugin already probed (in a probe child) is then judged through the pipe route with
 // `kvcheck serve-plugin --notes-fd 3 PATH` as the client, so that no process that grades ever runs the plugin's code:
 // its operation-level table, its model-level table (protocol 1.5), or both. A DEVICE plugin is served too: the case
 // process reads device memory itself (the reading is global to the device), and the server makes its CUDA context
 // through the runtime kvcheck resolved before the first call (--cudart), so the context never counts as the cache's.
-// A library whose operation-level table is older than this ABI beside a model table is refused here (asked for
+// A library whose operation-level table is older than ABI 1.2 beside a model table is refused here (asked for
 // explicitly), never half judged: the pipe speaks that table's older protocol minor, which has no model level.
 Subject serve(const Subject& probed, const IsolationOptions& o) {
-    if (probed.model && probed.operation && probed.abi_minor < KVC_ABI_VERSION_MINOR)
+    if (served_at_older_minor(probed))
         throw BadInput(probed.plugin_file + ": --isolation server serves both tables of a library only when its "
-                                            "operation-level table is of ABI 1." +
-                       std::to_string(KVC_ABI_VERSION_MINOR) +
-                       " (the pipe speaks an older table's protocol minor, which has no model level); judge it with "
-                       "--isolation auto, fork or exec");
+                                            "operation-level table is of ABI 1.2 or later (the pipe speaks an older "
+                                            "table's protocol minor, which has no model level); judge it with "
+                                            "--isolation auto, fork or exec");
     std::error_code ec;
     const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (ec) throw std::runtime_error("--isolation server: cannot find kvcheck's own executable (/proc/self/exe)");
@@ -274,6 +277,7 @@ Subject serve(const Subject& probed, const IsolationOptions& o) {
     if (s.operation != probed.operation || s.model.has_value() != probed.model.has_value())
         throw std::runtime_error(probed.plugin_file + ": kvcheck serve-plugin served other tables than the plugin "
                                                       "exports");
+    s.abi_minor = probed.abi_minor; // the table's own, reported as such (the connection may speak a later minor)
     s.target.origin = probed.plugin_file + " (served by kvcheck serve-plugin)";
     s.target_args = probed.target_args;
     s.isolation = Isolation::Server;
@@ -281,11 +285,10 @@ Subject serve(const Subject& probed, const IsolationOptions& o) {
 }
 
 // What `--isolation auto` serves: a plugin, whichever tables it exports and whatever its memory space, except a library
-// whose operation-level table is older than the pipe's model level beside a model table, which stays in a forked
-// case process.
+// whose operation-level table is older than ABI 1.2 beside a model table, which stays in a forked case process.
 bool served_by_default(const Subject& probed) {
     if (probed.plugin_file.empty()) return false;
-    return !(probed.model && probed.operation && probed.abi_minor < KVC_ABI_VERSION_MINOR);
+    return !served_at_older_minor(probed);
 }
 
 } // namespace

@@ -178,6 +178,8 @@ nlohmann::json caps_to_json(const kvc_caps& caps) {
     nlohmann::json j = caps_json(caps);
     // only where declared: every other implementation's caps read as they always did
     if (caps.features & KVC_FEATURE_HEAD_DIM_V) j["limits"]["max_head_dim_v"] = limit(caps.max_head_dim_v);
+    // ABI 1.3, only where declared: the pipelines that replace "pipeline" for some dtypes and call shapes
+    if (!prop::pipeline_rules(caps).empty()) j["pipeline_rules"] = prop::rules_to_json(caps);
     return j;
 }
 
@@ -193,6 +195,10 @@ std::string caps_to_text(const kvc_caps& caps, const std::string& indent) {
     s << indent << "precision pipeline: " << j["pipeline_name"].get<std::string>()
       << "; memory space: " << j["memory_space"].get<std::string>() << "; limits:";
     write_limits(s, j["limits"]);
+    const std::vector<kvc_pipeline_rule> rules = prop::pipeline_rules(caps);
+    for (size_t i = 0; i < rules.size(); ++i) // the first rule covering a call grades it, else the pipeline above
+        s << indent << prop::graded_by_name(caps, static_cast<int>(i)) << ": "
+          << prop::pipeline_name(prop::pipeline_of(rules[i].pipeline)) << "\n";
     s << fixed_line(j["fixed"], indent, "implementation");
     return s.str();
 }

@@ -87,12 +87,15 @@ Header decode_header(const unsigned char in[kHeaderBytes]) {
     return h;
 }
 
+// Protocol 1.0-1.2 carry ABI 1.0-1.2's fields of those minors, 1.3 and 1.4 all of ABI 1.2, 1.5 ABI 1.3's rules.
 uint32_t abi_minor_of(uint32_t protocol_minor) {
-    return protocol_minor < KVC_ABI_VERSION_MINOR ? protocol_minor : KVC_ABI_VERSION_MINOR;
+    return protocol_minor < 2 ? protocol_minor : protocol_minor < kRulesMinor ? 2u : KVC_ABI_VERSION_MINOR;
 }
-uint32_t protocol_minor_of(uint32_t abi_minor) { return abi_minor < KVC_ABI_VERSION_MINOR ? abi_minor : kProtocolMinor; }
+uint32_t protocol_minor_of(uint32_t abi_minor) { return abi_minor < 2 ? abi_minor : kProtocolMinor; }
 
-std::size_t caps_reply_bytes(uint32_t minor) { return minor >= kWholeAbiMinor ? kCapsReplyBytes : kCapsReplyBytes12; }
+std::size_t caps_reply_bytes(uint32_t minor) {
+    return minor >= kRulesMinor ? kCapsReplyBytes : minor >= kWholeAbiMinor ? kCapsReplyBytes14 : kCapsReplyBytes12;
+}
 std::size_t config_bytes(uint32_t minor) { return minor >= kWholeAbiMinor ? kConfigBytes : kConfigBytes12; }
 
 Shape shape_of(const kvc_config& c) {
@@ -166,6 +169,16 @@ void encode_caps(const kvc_caps& c, uint32_t minor, unsigned char out[kCapsReply
     put_u32(out + 92, c.max_head_dim_v);
     put_f32(out + 96, c.fixed_rope_theta);
     put_u32(out + 100, c.fixed_scale);
+    if (minor < kRulesMinor) return;
+    const uint32_t n = c.n_pipeline_rules < KVC_MAX_PIPELINE_RULES ? c.n_pipeline_rules : KVC_MAX_PIPELINE_RULES;
+    put_u32(out + 104, c.n_pipeline_rules); // as declared: the harness refuses more than KVC_MAX_PIPELINE_RULES
+    for (uint32_t i = 0; i < KVC_MAX_PIPELINE_RULES; ++i) {
+        const kvc_pipeline_rule r = i < n ? c.pipeline_rules[i] : kvc_pipeline_rule{};
+        const uint32_t w[9] = {r.cache_dtypes,      r.min_new,          r.pipeline.q,     r.pipeline.rope,
+                               r.pipeline.scores,   r.pipeline.probs,   r.pipeline.accum, r.pipeline.output,
+                               r.pipeline.flags};
+        for (int k = 0; k < 9; ++k) put_u32(out + 108 + 36 * i + 4 * k, w[k]);
+    }
 }
 
 kvc_caps decode_caps(const unsigned char in[kCapsReplyBytes], uint32_t minor) {
@@ -189,6 +202,15 @@ kvc_caps decode_caps(const unsigned char in[kCapsReplyBytes], uint32_t minor) {
     c.max_head_dim_v = get_u32(in + 92);
     c.fixed_rope_theta = get_f32(in + 96);
     c.fixed_scale = get_u32(in + 100);
+    if (minor < kRulesMinor) return c;
+    c.n_pipeline_rules = get_u32(in + 104);
+    for (uint32_t i = 0; i < KVC_MAX_PIPELINE_RULES; ++i) {
+        kvc_pipeline_rule& r = c.pipeline_rules[i];
+        uint32_t* w[9] = {&r.cache_dtypes,      &r.min_new,          &r.pipeline.q,     &r.pipeline.rope,
+                          &r.pipeline.scores,   &r.pipeline.probs,   &r.pipeline.accum, &r.pipeline.output,
+                          &r.pipeline.flags};
+        for (int k = 0; k < 9; ++k) *w[k] = get_u32(in + 108 + 36 * i + 4 * k);
+    }
     return c;
 }
 

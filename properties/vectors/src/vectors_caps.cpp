@@ -74,8 +74,9 @@ bool abi_1_2_limit(const Limit& x) {
 }
 
 // The fields a declaration may hold: its own, free text, and a results manifest's (which serves as a caps file).
-const char* const kFields[] = {"capabilities", "limits",          "fixed",          "pipeline", "precision",
-                               "about",        "kvcheck_results", "implementation", "version"};
+const char* const kFields[] = {"capabilities",    "limits",         "fixed",   "pipeline", "pipeline_rules",
+                               "precision",       "about",          "kvcheck_results", "implementation",
+                               "version"};
 
 // The parameters an implementation hard-codes, in the words of the JSON report's "fixed": every case is drawn with
 // them (docs/conformance.md, "Fixed parameters").
@@ -101,6 +102,45 @@ void read_fixed(const json& f, kvc_caps& caps) {
                                         "\" (known: rope_theta, softmax_scale)");
         }
     }
+}
+
+// ABI 1.3's pipeline rules: [{"dtypes": ["f16"], "min_new": 64, "pipeline": {...}}] ("dtypes" absent = every
+// dtype, "min_new" absent = 0), checked as a plugin's table is when it is loaded.
+void read_pipeline_rules(const json& a, kvc_caps& caps) {
+    if (!a.is_array()) throw std::invalid_argument("field \"pipeline_rules\" is not an array");
+    if (a.size() > KVC_MAX_PIPELINE_RULES)
+        throw std::invalid_argument("\"pipeline_rules\": " + std::to_string(a.size()) + " rules, at most " +
+                                    std::to_string(KVC_MAX_PIPELINE_RULES));
+    caps.n_pipeline_rules = static_cast<uint32_t>(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        const json& r = a[i];
+        const std::string where = "\"pipeline_rules\"[" + std::to_string(i) + "]";
+        if (!r.is_object()) throw std::invalid_argument(where + " is not an object");
+        for (auto it = r.begin(); it != r.end(); ++it)
+            if (it.key() != "dtypes" && it.key() != "min_new" && it.key() != "pipeline")
+                throw std::invalid_argument(where + ": unknown field \"" + it.key() +
+                                            "\" (a rule holds: dtypes, min_new, pipeline)");
+        kvc_pipeline_rule& rule = caps.pipeline_rules[i];
+        if (r.contains("dtypes")) {
+            if (!r["dtypes"].is_array() || r["dtypes"].empty())
+                throw std::invalid_argument(where + ": \"dtypes\" must be a non-empty array of dtype names");
+            for (const json& w : r["dtypes"]) {
+                uint32_t d = 0;
+                while (d <= KVC_DTYPE_Q8_0 && !(w.is_string() && w.get<std::string>() == dtype_name(d))) ++d;
+                if (d > KVC_DTYPE_Q8_0) throw std::invalid_argument(where + ": unknown dtype " + w.dump());
+                rule.cache_dtypes |= 1u << d;
+            }
+        }
+        if (r.contains("min_new")) {
+            if (!r["min_new"].is_number_unsigned() || r["min_new"].get<uint64_t>() > 0xffffffffu)
+                throw std::invalid_argument(where + ": \"min_new\" must be a non-negative integer");
+            rule.min_new = r["min_new"].get<uint32_t>();
+        }
+        if (!r.contains("pipeline")) throw std::invalid_argument(where + ": missing field \"pipeline\"");
+        rule.pipeline = prop::to_abi(prop::pipeline_from_json(r["pipeline"]));
+    }
+    if (const std::string why = prop::pipeline_rules_problem(caps); !why.empty())
+        throw std::invalid_argument("\"pipeline_rules\": " + why);
 }
 
 } // namespace
@@ -176,7 +216,11 @@ Declared declared_from_json(const json& j, bool need_pipeline) {
     } else if (need_pipeline) {
         throw std::invalid_argument("missing field \"pipeline\" (or the older \"precision\")");
     }
+    if (j.contains("pipeline_rules")) read_pipeline_rules(j["pipeline_rules"], d.caps);
     d.pipeline_text = prop::pipeline_name(d.pipeline);
+    for (size_t i = 0; i < prop::pipeline_rules(d.caps).size(); ++i)
+        d.pipeline_text += "; " + prop::graded_by_name(d.caps, static_cast<int>(i)) + ": " +
+                           prop::pipeline_name(prop::pipeline_of(d.caps.pipeline_rules[i].pipeline));
     return d;
 }
 
@@ -226,6 +270,7 @@ std::vector<std::string> narrower_declaration(const Declared& a, const std::stri
 
 bool same_pipeline(const Declared& a, const Declared& b) {
     if (a.has_pipeline != b.has_pipeline) return false;
+    if (prop::rules_to_json(a.caps) != prop::rules_to_json(b.caps)) return false; // ABI 1.3 rules, in order
     return !a.has_pipeline || prop::to_json(a.pipeline) == prop::to_json(b.pipeline);
 }
 
@@ -240,6 +285,7 @@ json declared_to_json(const Declared& d) {
         j["fixed"] = {{"rope_theta", d.caps.fixed_rope_theta > 0 ? json(d.caps.fixed_rope_theta) : json(nullptr)},
                       {"softmax_scale", d.caps.fixed_scale ? json(kFixedScaleWord) : json(nullptr)}};
     if (d.has_pipeline) j["pipeline"] = prop::to_json(d.pipeline);
+    if (!prop::pipeline_rules(d.caps).empty()) j["pipeline_rules"] = prop::rules_to_json(d.caps); // only when given
     return j;
 }
 

@@ -89,6 +89,7 @@ public:
 
     double headroom = 0;
     bool fails_f32_class = false;
+    std::vector<std::string> graded_by; // with pipeline rules: the declarations that graded the outputs
 
 private:
     [[noreturn]] void error(int step, const std::string& reason) { throw CaseError{reason, step}; }
@@ -197,9 +198,12 @@ private:
         const Dump vd = dump(dump_name(s, i_step, sl, "v"), sl.seq, s.layer, after, true);
         const std::optional<prop::Mismatch> rewritten = changed(sl.seq, s.layer, kd, vd); // before the new rows
         std::string why;
+        // the pipeline of the path this call took for this sequence (ABI 1.3 rules), as the plugin route chooses it
+        prop::ChosenPipeline chosen = prop::pipeline_for(res_.declared.caps, cfg_.cache_dtype, sl.n_new);
+        if (chosen.rule < 0) chosen.pipeline = res_.declared.pipeline; // "pipeline" or the older "precision" preset
         const std::optional<prop::Mismatch> wrong =
             model_.store(sl.seq, s.layer, sl.n_new, k, v, kd.row_bytes(before), vd.row_bytes(before),
-                         res_.declared.pipeline.rope, kd.scale_bytes(before), vd.scale_bytes(before), &why);
+                         chosen.pipeline.rope, kd.scale_bytes(before), vd.scale_bytes(before), &why);
         if (wrong && vc_.checks.content) fail(stored_reason(*wrong, why), *wrong);
         if (wrong && !storage_mismatch_) storage_mismatch_ = wrong; // EQUIV's diagnosis names the first
         if (rewritten) fail(rewritten_reason(*rewritten), *rewritten);
@@ -214,12 +218,18 @@ private:
         rows.call_k = k;
         rows.call_v = v;
         const prop::OutputVerdict o =
-            prop::grade_call_outputs(model_, sl.seq, s.layer, res_.declared.pipeline, rows, storage_mismatch_);
+            prop::grade_call_outputs(model_, sl.seq, s.layer, chosen.pipeline, rows, storage_mismatch_);
         headroom = std::max(headroom, o.grade.headroom);
         fails_f32_class = fails_f32_class || o.grade.fails_f32_class;
-        // a windowed layer's failure says what window the outputs match instead, as the plugin route says it
+        const bool rules = !prop::pipeline_rules(res_.declared.caps).empty();
+        const std::string by = rules ? prop::graded_by_name(res_.declared.caps, chosen.rule) : std::string();
+        if (rules && std::find(graded_by.begin(), graded_by.end(), by) == graded_by.end()) graded_by.push_back(by);
+        // a windowed layer's failure says what window the outputs match instead, as the plugin route says it; with
+        // rules, the declaration that graded the call
         if (!o.grade.pass)
-            fail(o.reason + prop::window_diagnosis(model_, sl.seq, s.layer, res_.declared.pipeline, rows), o.where);
+            fail(o.reason + prop::window_diagnosis(model_, sl.seq, s.layer, chosen.pipeline, rows) +
+                     (rules ? " [graded by " + by + ": " + prop::pipeline_name(chosen.pipeline) + "]" : ""),
+                 o.where);
     }
 
     // CACHE-CONTENT's reason: the model's account of the first element unlike the expected one, said of the dump:
@@ -353,9 +363,14 @@ Graded grade_case(const VCase& vc, const Results& res, const fs::path& results_d
     try {
         grader.run();
         g.r.headroom = grader.headroom;
+        g.r.graded_by = grader.graded_by;
         if (grader.fails_f32_class)
             g.r.notes.push_back("passes its declared precision pipeline but would fail the f32 class");
-        if (res.declared.pipeline.new_rows_unrounded && vc.c.cfg.cache_dtype != KVC_DTYPE_F32 && vc.checks.equiv)
+        std::vector<prop::Pipeline> graders = prop::pipelines_for_dtype(res.declared.caps, vc.c.cfg.cache_dtype);
+        graders.push_back(res.declared.pipeline);
+        const bool unrounded = std::any_of(graders.begin(), graders.end(),
+                                           [](const prop::Pipeline& p) { return p.new_rows_unrounded; });
+        if (unrounded && vc.c.cfg.cache_dtype != KVC_DTYPE_F32 && vc.checks.equiv)
             g.r.notes.push_back("declares new rows attended before rounding to the cache dtype: its outputs depend on "
                                 "how a prompt is split into calls");
         if (grader.headroom > prop::kQualityWarningHeadroom) {

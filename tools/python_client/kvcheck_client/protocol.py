@@ -16,14 +16,20 @@ import numpy as np
 
 MAGIC = 0x5043564B
 REPLY = 0x8000
-PROTOCOL = (1, 3)  # 1.3 carries every field of ABI 1.2; a kvcheck that asks for less gets its minor's frames
+# 1.3 carries every field of ABI 1.2, 1.5 ABI 1.3's pipeline rules (1.4's lent-buffer flag this client never sets);
+# a kvcheck that asks for less gets its minor's frames
+PROTOCOL = (1, 5)
 WHOLE_ABI_MINOR = 3
+RULES_MINOR = 5
+MAX_PIPELINE_RULES = 8
 MAX_PAYLOAD = 1 << 30
 MAX_MESSAGE = 4096
 NO_READING = 0xFFFFFFFFFFFFFFFF
 
 OK, INVALID_ARGUMENT, UNSUPPORTED, OUT_OF_MEMORY, INTERNAL, EVICTED = range(6)
 HELLO, GET_CAPS, CREATE, DESTROY, APPEND, BATCH, READ_KV, READ_SCALES, SEQ_LENGTH, MEMORY, FORK, RELEASE = range(1, 13)
+# the model level's opcodes (protocol 1.5): this client serves no model table, and says so to each
+MODEL_OPCODES = range(13, 22)
 
 DTYPES = ["f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8_token", "q8_0"]
 ROPES = ["none", "neox", "gptj"]
@@ -67,6 +73,10 @@ class Caps:
     max_head_dim_v: int = 0
     fixed_rope_theta: float = 0.0            # the one RoPE base the cache rotates with; 0 = the config's
     fixed_scale: Optional[str] = None        # "inv_sqrt_head_dim": 1/sqrt(head_dim) whatever config.scale says
+    # ABI 1.3: a pipeline per cache dtype and call shape, tried in order (docs/tolerance.md), e.g.
+    # [{"dtypes": ["f16"], "min_new": 64, "pipeline": {}}, {"dtypes": ["f16"], "pipeline": {"q": "cache", ...}}];
+    # "dtypes" absent = every dtype, "min_new" absent = any call. Sent to a kvcheck speaking 1.5 or later.
+    pipeline_rules: List[Dict] = field(default_factory=list)
 
     def encode(self, minor: int = PROTOCOL[1]) -> bytes:
         dtypes = sum(1 << DTYPES.index(d) for d in self.dtypes)
@@ -87,8 +97,24 @@ class Caps:
                             self.head_dim_multiple, self.head_dim_multiple_rope, *stages, flags, quant)
         if minor < WHOLE_ABI_MINOR:
             return words
-        return words + struct.pack("<3IfI", self.max_window, self.max_sinks, self.max_head_dim_v,
-                                   self.fixed_rope_theta, FIXED_SCALE[self.fixed_scale])
+        words += struct.pack("<3IfI", self.max_window, self.max_sinks, self.max_head_dim_v,
+                             self.fixed_rope_theta, FIXED_SCALE[self.fixed_scale])
+        if minor < RULES_MINOR:
+            return words
+        if len(self.pipeline_rules) > MAX_PIPELINE_RULES:
+            raise ValueError(f"at most {MAX_PIPELINE_RULES} pipeline rules")
+        words += struct.pack("<I", len(self.pipeline_rules))
+        for i in range(MAX_PIPELINE_RULES):
+            rule = self.pipeline_rules[i] if i < len(self.pipeline_rules) else None
+            if rule is None:
+                words += bytes(9 * 4)
+                continue
+            rule_stages = [0] * 6
+            for stage, rounding in rule["pipeline"].items():
+                rule_stages[PIPELINE_STAGES.index(stage)] = ROUNDS[rounding]
+            words += struct.pack("<9I", sum(1 << DTYPES.index(d) for d in rule.get("dtypes", [])),
+                                 rule.get("min_new", 0), *rule_stages, 1 | (2 if rule.get("new_rows_unrounded") else 0))
+        return words
 
 
 @dataclass
@@ -283,6 +309,10 @@ class _Server:
             if entry is not None and hasattr(entry[0], "close"):
                 entry[0].close()
             return []
+        if op in MODEL_OPCODES:
+            raise KvcError(UNSUPPORTED, f"opcode {op} (the model level): this client serves the operation level only")
+        if not HELLO <= op <= RELEASE:
+            raise KvcError(UNSUPPORTED, f"unknown opcode {op}")
         obj, cfg = self.cache(p)
         hq, hkv, d, dv = cfg.n_q_heads, cfg.n_kv_heads, cfg.head_dim, cfg.dv
         if op == APPEND:

@@ -15,6 +15,9 @@ struct Mismatch {
     // What the checker found every mismatching element of the same read-back consistent with ("a RoPE stage in
     // f16"), or empty. Read by EQUIV's diagnosis in the same process; not part of the JSON form.
     std::string consistent_with;
+    // ABI 1.3 pipeline rules: the declaration that graded a failing output ("pipeline rule 1 (f16, n >= 64)"), or
+    // empty. The runner puts it in the case's graded_by; not part of the mismatch's JSON form.
+    std::string graded_by;
     std::string describe() const;
 };
 

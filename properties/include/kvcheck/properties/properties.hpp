@@ -19,6 +19,7 @@ struct Outcome {
     bool fails_f32_class = false; // passes its declared 16-bit precision class but would fail f32
     std::vector<std::string> notes; // grades, e.g. "bitwise batch-invariant"
     double quant_loss = -1;         // RunResult::quant_loss: informative, never graded; -1 when not measured
+    std::vector<std::string> graded_by; // RunResult::graded_by: the pipeline declarations that graded the outputs
     // A part of the property that could not run, and why (e.g. no CUDA runtime to watch a DEVICE cache's memory).
     // When nothing failed, the case is NOT_SUPPORTED with this reason: never a PASS that skipped a check.
     std::string not_run;

@@ -39,6 +39,10 @@ struct CaseResult {
     // A quantized cache: the largest error of its outputs against attention over the unquantized rows, relative to
     // max |v| (what quantizing loses). Informative, never graded; -1 when not measured. JSON "quantization_loss".
     double quant_loss = -1;
+    // ABI 1.3, where the implementation declares pipeline rules: which declarations graded the case's outputs
+    // ("pipeline rule 2 (f16, n >= 64)", "the default pipeline"); empty otherwise. JSON "graded_by". A failure's
+    // reason names the one that graded the failing call.
+    std::vector<std::string> graded_by;
     // The case needs a capability the implementation does not declare (a feature, a dtype, a shape beyond its
     // limits): it tested nothing, so it is no verdict. Reports count such cases apart from the verdicts; the verdict
     // field stays NOT_SUPPORTED for readers that know only verdicts. JSON "outside_declaration".

@@ -57,6 +57,9 @@ struct RunResult {
     // rows, relative to max |v| of the row: what the user loses by quantizing. Informative, never graded; -1 when
     // not measured.
     double quant_loss = -1;
+    // ABI 1.3, only where the implementation declares pipeline rules: the declarations that graded the outputs, in
+    // the order first used ("pipeline rule 2 (f16, n >= 64)", "the default pipeline"; graded_by_name)
+    std::vector<std::string> graded_by;
 };
 
 // One cache instance driven op by op, with the harness's model beside it. The constructor creates the cache;

@@ -37,6 +37,31 @@ Pipeline pipeline_preset(uint32_t precision);
 // What an implementation declares: caps.pipeline when KVC_PIPELINE_DECLARED is set, else the preset of precision.
 Pipeline declared_pipeline(const kvc_caps& caps);
 kvc_pipeline to_abi(const Pipeline& p); // flags include KVC_PIPELINE_DECLARED
+// A kvc_pipeline as declared (its flags are not consulted: the caller has checked KVC_PIPELINE_DECLARED).
+Pipeline pipeline_of(const kvc_pipeline& a);
+
+// ABI 1.3: the pipeline rules the caps hold (none before 1.3 or when n_pipeline_rules is 0; at most
+// KVC_MAX_PIPELINE_RULES, validated when the plugin is loaded).
+std::vector<kvc_pipeline_rule> pipeline_rules(const kvc_caps& caps);
+// The pipeline that grades one sequence's outputs of one call appending n_new rows to it in a cache of this dtype:
+// the first rule covering (dtype, n_new), else declared_pipeline(caps). `rule` is its index, -1 for the default.
+struct ChosenPipeline {
+    Pipeline pipeline;
+    int rule = -1;
+};
+ChosenPipeline pipeline_for(const kvc_caps& caps, uint32_t cache_dtype, uint32_t n_new);
+// Whether rule r covers a call appending n_new rows to a cache of this dtype.
+bool rule_covers(const kvc_pipeline_rule& r, uint32_t cache_dtype, uint32_t n_new);
+// Every pipeline that may grade some call in a cache of this dtype: the default and each rule covering the dtype.
+std::vector<Pipeline> pipelines_for_dtype(const kvc_caps& caps, uint32_t cache_dtype);
+// "pipeline rule 2 (f16, n >= 64)" (numbered from 1) or "the default pipeline" (rule -1).
+std::string graded_by_name(const kvc_caps& caps, int rule);
+// Why a table of rules is refused at load, in words; empty when it is valid: at most KVC_MAX_PIPELINE_RULES, each
+// rule DECLARED with stages in range, dtype bits only of declared dtypes, and the q8_0 rounding of every rule covering
+// a dtype equal to kvc_caps.pipeline's (stored codes do not depend on the call).
+std::string pipeline_rules_problem(const kvc_caps& caps);
+// {"dtypes": ["f16"], "min_new": 64, "pipeline": {...}} per rule (dtypes absent = every dtype)
+nlohmann::json rules_to_json(const kvc_caps& caps);
 // "f32" for the all-f32 pipeline, the preset's name, or "q=f16 rope=f16 scores=f32 probs=f32 accum=f32 out=f16".
 std::string pipeline_name(const Pipeline& p);
 // True when no stage rounds below f32 for this cache dtype.

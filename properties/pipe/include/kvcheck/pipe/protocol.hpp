@@ -16,14 +16,17 @@ namespace kvc::pipe {
 // The protocol's major version is the ABI's. Its minor follows the ABI's up to 1.2, whose caps and config frames
 // left out the windowed and latent fields; 1.3 carries every field of ABI 1.2; 1.4 lets a reply say that the call
 // wrote outside a buffer it was lent (the reply prefix's flags); 1.5 adds the model-level table (model_abi.h) as
-// opcodes of its own. A connection speaks the lower of the two peers' minors (docs/protocol.md, Version handshake).
+// opcodes of its own and carries ABI 1.3's pipeline rules in the caps reply. A connection speaks the lower of the two
+// peers' minors (docs/protocol.md, Version handshake).
 constexpr uint32_t kProtocolMajor = KVC_ABI_VERSION_MAJOR;
 constexpr uint32_t kProtocolMinor = 5;
 constexpr uint32_t kWholeAbiMinor = 3;  // the first protocol minor with ABI 1.2's windows, sinks, eviction, MLA shapes
 constexpr uint32_t kLentReportMinor = 4; // the first with the reply flag kReplyLentViolations
 constexpr uint32_t kModelMinor = 5;      // the first with the model-level opcodes
-// The ABI minor a connection of this protocol minor gives the harness, and the protocol minor that carries all of
-// a plugin's ABI minor.
+constexpr uint32_t kRulesMinor = 5;      // the first with ABI 1.3's pipeline rules in the caps reply
+// The ABI minor a connection of this protocol minor gives the harness, and the protocol minor a plugin of an ABI minor
+// is served at: this protocol's own from ABI 1.2 on (a 1.2 table's caps carry no rules, so the 1.5 caps reply holds
+// none for it, and the model level, which needs 1.5, can be served beside it), its own older minor before that.
 uint32_t abi_minor_of(uint32_t protocol_minor);
 uint32_t protocol_minor_of(uint32_t abi_minor);
 
@@ -92,8 +95,11 @@ constexpr std::size_t kLentViolationHeadBytes = 16;
 // Fixed request sizes (before any array) and fixed reply body sizes (after the prefix).
 constexpr std::size_t kHelloRequestBytes = 8;       // u32 major, u32 minor
 constexpr std::size_t kHelloReplyBytes = 8 + 2 * kMaxNameBytes; // u32 major, minor, name, version
-constexpr std::size_t kCapsReplyBytes = 26 * 4;     // kvc_caps without struct_size, field by field
+// kvc_caps without struct_size, field by field: 26 words, then (from 1.5) n_pipeline_rules and 8 rules of 9 words
+// (cache_dtypes, min_new, the pipeline's 6 stages and flags)
+constexpr std::size_t kCapsReplyBytes = 26 * 4 + 4 + KVC_MAX_PIPELINE_RULES * 9 * 4;
 constexpr std::size_t kConfigBytes = 20 * 4;        // kvc_config without struct_size and pointers, + counts
+constexpr std::size_t kCapsReplyBytes14 = 26 * 4;   // the caps reply of 1.3 and 1.4
 constexpr std::size_t kCapsReplyBytes12 = 21 * 4;   // the same below 1.3
 constexpr std::size_t kConfigBytes12 = 14 * 4;
 // The sizes at a connection's minor.

@@ -30,7 +30,8 @@ struct Declared {
 // "max_head_dim_v"}: non-negative integers or null; 0 or null = no limit), optional "fixed" ({"rope_theta": a
 // number, "softmax_scale": "1/sqrt(head_dim)"}, each or null: what the implementation hard-codes, so every case is
 // drawn with it), and the pipeline: "pipeline" (a preset name or an object of stages, prop::pipeline_from_json) or
-// the 1.0 word "precision". Besides these only "about" (free text) and the results manifest's own fields
+// the 1.0 word "precision", with optional "pipeline_rules" (ABI 1.3: [{"dtypes": [...], "min_new": n, "pipeline":
+// ...}], into caps.pipeline_rules, refused as a plugin's table would be). Besides these only "about" (free text) and the results manifest's own fields
 // ("kvcheck_results", "implementation", "version", so that a results manifest serves as a caps file) are accepted:
 // another field is refused, since a misspelt one ("pipelines") would otherwise leave its declaration unread. Throws
 // std::invalid_argument naming the field and the problem.
