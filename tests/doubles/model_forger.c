@@ -7,6 +7,8 @@
  *   1 model_line_forger    a hand-made MODEL-LOGITS PASS line on each of them, then exit 0
  *   2 both_line_forger     the line forger's model table, and the correct example cache as the operation-level table
  *                          (a library that exports both tables)
+ *   3 both_abi12_forger    the same with an operation-level table of ABI 1.2, one minor before this header's: an
+ *                          older table beside a model table must not take a library out of the server
  *
  * Loaded in the process that grades (--isolation fork), each ends CONFORMANT; served (the default), its NaN logits are
  * judged in a process it cannot reach, or its garbage breaks the connection.
@@ -18,7 +20,7 @@
 #include "forge_result.h"
 
 #ifndef KVC_MODEL_FORGER
-#error "KVC_MODEL_FORGER selects the double (0..2)"
+#error "KVC_MODEL_FORGER selects the double (0..3)"
 #endif
 
 #define KVC_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -47,11 +49,17 @@ KVC_PLUGIN_EXPORT const kvcm_model_api* kvcheck_model_entry(uint32_t abi_major, 
     return &forger_api;
 }
 
-#if KVC_MODEL_FORGER == 2
+#if KVC_MODEL_FORGER >= 2
 #include "example_plugin.h"
+
+static kvc_plugin_api operation_api;
 
 KVC_PLUGIN_EXPORT const kvc_plugin_api* kvcheck_plugin_entry(uint32_t abi_major, uint32_t abi_minor);
 KVC_PLUGIN_EXPORT const kvc_plugin_api* kvcheck_plugin_entry(uint32_t abi_major, uint32_t abi_minor) {
-    return kvc_example_entry(abi_major, abi_minor);
+    const kvc_plugin_api* base = kvc_example_entry(abi_major, abi_minor);
+    if (base == NULL) return NULL;
+    operation_api = *base;
+    if (KVC_MODEL_FORGER == 3) operation_api.abi_minor = 2;
+    return &operation_api;
 }
 #endif

@@ -368,7 +368,8 @@ INSTANTIATE_TEST_SUITE_P(
     Forgers, ModelServerIsolation,
     ::testing::Values(ModelForger{"libkvcheck_double_model_relay_forger.so", "TIMEOUT", "reply to model forward"},
                       ModelForger{"libkvcheck_double_model_line_forger.so", "ERROR", "bad reply frame to model"},
-                      ModelForger{"libkvcheck_double_both_line_forger.so", "ERROR", "bad reply frame to model"}),
+                      ModelForger{"libkvcheck_double_both_line_forger.so", "ERROR", "bad reply frame to model"},
+                      ModelForger{"libkvcheck_double_both_abi12_forger.so", "ERROR", "bad reply frame to model"}),
     [](const auto& info) { return std::string(info.param.lib).substr(18, 10); });
 
 // Both tables of one library behind one server: the operation level's cases pass (the example cache), the model
